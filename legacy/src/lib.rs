@@ -1,0 +1,1 @@
+//! Legacy locks for old Redis servers (see DESIGN §5).

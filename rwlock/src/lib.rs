@@ -1,0 +1,1 @@
+//! Reader/writer locks (see DESIGN §6).

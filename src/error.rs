@@ -1,0 +1,169 @@
+//! The one error type of tairlock.
+//!
+//! Contention is never an error: a lock held by someone else is an ordinary outcome
+//! ([`Acquire::Held`](crate::Acquire::Held)). Errors are for what a caller must react to
+//! differently: the store is unreachable, the server refused a command, the caller's input is bad,
+//! the key holds somebody's data, or a lease was lost.
+
+use std::fmt;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, for callers that branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The store could not be reached or the connection dropped mid-command. The command may or
+    /// may not have run; every tairlock script is safe to retry.
+    Connection,
+    /// The server answered with an error that is not one of the kinds below.
+    Server,
+    /// A lease this client relied on is gone (expired, or taken over).
+    LeaseLost,
+    /// The caller tried to release or renew a lock it does not hold.
+    NotOwner,
+    /// The caller's input was rejected before anything was sent (empty key, zero TTL, ...).
+    InvalidInput,
+    /// The key holds a value that is not one of this library's locks (another Redis type, or a
+    /// string of the user's). Nothing was changed.
+    WrongType,
+    /// An operation did not finish in time.
+    Timeout,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Connection => "connection error",
+            ErrorKind::Server => "server error",
+            ErrorKind::LeaseLost => "lease lost",
+            ErrorKind::NotOwner => "not the owner",
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::WrongType => "wrong type",
+            ErrorKind::Timeout => "timed out",
+        })
+    }
+}
+
+/// The error type of every fallible tairlock operation.
+///
+/// Opaque on purpose: branch on [`Error::kind`] or the `is_*` predicates; the transport error,
+/// when there is one, is kept as the [`source`](std::error::Error::source).
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    #[source]
+    source: Option<redis::RedisError>,
+}
+
+impl Error {
+    /// A new error of `kind` with a message (lowercase, no trailing punctuation).
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// The error's kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The error's message, without the kind.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The store was unreachable or the connection dropped.
+    pub fn is_connection(&self) -> bool {
+        self.kind == ErrorKind::Connection
+    }
+
+    /// A lease was lost.
+    pub fn is_lease_lost(&self) -> bool {
+        self.kind == ErrorKind::LeaseLost
+    }
+
+    /// The input was rejected before anything was sent.
+    pub fn is_invalid_input(&self) -> bool {
+        self.kind == ErrorKind::InvalidInput
+    }
+
+    /// The key holds data that is not one of our locks; nothing was changed.
+    pub fn is_wrong_type(&self) -> bool {
+        self.kind == ErrorKind::WrongType
+    }
+
+    /// An operation timed out.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// An error reply from a command: the reply's code (`WRONGTYPE`, `NOTLOCK`, `ERR`, ...)
+    /// decides the kind, as it does for a real server's reply.
+    pub fn from_reply(code: &str, detail: &str) -> Self {
+        let kind = match code {
+            "WRONGTYPE" | "NOTLOCK" => ErrorKind::WrongType,
+            _ => ErrorKind::Server,
+        };
+        Error::new(kind, format!("{code} {detail}").trim_end().to_owned())
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        let kind = if err.is_timeout() {
+            ErrorKind::Timeout
+        } else if err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || matches!(
+                err.kind(),
+                redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+            )
+        {
+            ErrorKind::Connection
+        } else {
+            match err.code() {
+                Some("WRONGTYPE") | Some("NOTLOCK") => ErrorKind::WrongType,
+                _ => ErrorKind::Server,
+            }
+        };
+        let message = match (err.code(), err.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            _ => err.to_string(),
+        };
+        Error {
+            kind,
+            message,
+            source: Some(err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_is_send_sync_static() {
+        fn assert<T: Send + Sync + 'static + std::error::Error>() {}
+        assert::<Error>();
+    }
+
+    #[test]
+    fn reply_codes_map_to_kinds() {
+        assert_eq!(Error::from_reply("WRONGTYPE", "x").kind(), ErrorKind::WrongType);
+        assert_eq!(Error::from_reply("NOTLOCK", "x").kind(), ErrorKind::WrongType);
+        assert_eq!(Error::from_reply("ERR", "x").kind(), ErrorKind::Server);
+    }
+}

@@ -1,0 +1,437 @@
+//! The Tair-style expire lock.
+//!
+//! A lock is held iff its key exists; the key carries a server TTL, so an expired lock simply
+//! disappears. [`ExpireLock::expire_lock`] succeeds only when the lock is not held and returns a
+//! [`Lease`], the only credential that unlocks or renews it.
+//!
+//! # Key layout
+//!
+//! | key | type | value | TTL | written by |
+//! |---|---|---|---|---|
+//! | `<prefix>{name}` | string | `tl1:<expiry ms>:<fence>:<nonce>` | the lease (`PX ttl`) | `expire_lock`, `renew`; deleted by `expire_unlock`, `force_unlock` |
+//! | `<prefix>{name}:fence` | string | last fencing token issued (decimal) | lease + fence retention | `expire_lock`, `renew` |
+//!
+//! # States
+//!
+//! | lock key | meaning | `expire_lock` | `expire_unlock(lease)` | `renew(lease)` |
+//! |---|---|---|---|---|
+//! | absent (never set, released, or expired) | free | takes it: [`Acquire::Acquired`] | [`Unlock::NotHeld`] | [`Renew::NotHeld`] |
+//! | our lease, equal to `lease` | held by the caller | [`Acquire::Held`] (or the same lease when retried with the same nonce) | [`Unlock::Released`] | [`Renew::Renewed`] |
+//! | our lease, another value | held by someone else | [`Acquire::Held`] with the holder and its remaining time | [`Unlock::HeldByOther`] | [`Renew::HeldByOther`] |
+//! | anything else (a user's string, hash, list, ...) | not ours | error, nothing changed | error, nothing changed | error, nothing changed |
+//!
+//! # Fencing
+//!
+//! Every acquisition returns a fencing token ([`Lease::fence`]) computed in the same script that
+//! takes the lock: `max(last + 1, server time in µs)`. The last token is kept in the fence key
+//! for the lease plus a retention period (default 60 s) and then forgotten, so storage stays
+//! bounded: nothing is kept for a lock nobody uses. Monotonicity survives the fence key expiring
+//! because tokens are anchored to the server clock: every token issued was at most "its issue
+//! time in µs, plus the number of grants within that same microsecond", and a grant after the
+//! fence key has expired happens at least the retention period later, so its time-based token is
+//! larger. This holds as long as the server's clock does not step backwards by more than the
+//! retention period (a backward step shorter than that is absorbed by the `last + 1` rule).
+
+use std::time::Duration;
+
+use crate::blocking;
+use crate::error::{Error, Result};
+use crate::keys::{Keyspace, LockKeys};
+use crate::lease::{Lease, nonce};
+use crate::script::{Reply, Script};
+use crate::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW};
+use crate::store::{Store, Ttl};
+
+/// The longest lease accepted (ten years); longer is almost certainly a unit mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Settings of an [`ExpireLock`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Options {
+    /// Key prefix (default `tairlock:`).
+    pub keyspace: Keyspace,
+    /// How long the last fencing token is kept after a lease ends (default 60 s).
+    pub fence_retention: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            keyspace: Keyspace::default(),
+            fence_retention: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Options {
+    /// Use this keyspace.
+    pub fn keyspace(mut self, keyspace: Keyspace) -> Self {
+        self.keyspace = keyspace;
+        self
+    }
+
+    /// Keep the last fencing token this long after a lease ends.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+}
+
+/// The outcome of [`ExpireLock::expire_lock`]. Contention is an outcome, not an error.
+#[must_use = "an acquired lease is the only way to unlock the lock"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lock is ours until the lease expires.
+    Acquired(Lease),
+    /// Someone else holds it.
+    Held {
+        /// The holder's lease.
+        holder: Lease,
+        /// How long until it expires unless renewed: a waiter can sleep exactly this long.
+        remaining: Duration,
+    },
+}
+
+impl Acquire {
+    /// The lease, if acquired.
+    pub fn lease(self) -> Option<Lease> {
+        match self {
+            Acquire::Acquired(lease) => Some(lease),
+            Acquire::Held { .. } => None,
+        }
+    }
+
+    /// Whether the lock was acquired.
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, Acquire::Acquired(_))
+    }
+}
+
+/// The outcome of [`ExpireLock::expire_unlock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unlock {
+    /// Our lease was deleted.
+    Released,
+    /// No lease is held (it expired, was released already, or never existed).
+    NotHeld,
+    /// Another lease holds the lock; nothing was deleted.
+    HeldByOther,
+}
+
+/// The outcome of [`ExpireLock::renew`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renew {
+    /// The new lease (same fence, new expiry, new nonce); the old one no longer matches.
+    Renewed(Lease),
+    /// No lease is held: ours expired.
+    NotHeld,
+    /// Another lease holds the lock: ours expired and someone else took it.
+    HeldByOther,
+}
+
+/// A snapshot of one lock, from [`ExpireLock::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The lock key.
+    pub key: String,
+    /// The lock key's Redis type (`none` when free).
+    pub key_type: String,
+    /// The holder's lease, when held.
+    pub holder: Option<Lease>,
+    /// The key holds something that is not one of our leases.
+    pub foreign: bool,
+    /// The lock key's time to live.
+    pub ttl: Ttl,
+    /// The last fencing token issued, while the fence state is retained.
+    pub last_fence: Option<u64>,
+}
+
+/// Tair-style expiring locks on one store. See the [module docs](self).
+///
+/// Cheap to clone (it clones the store handle); one value serves any number of lock names.
+#[derive(Debug, Clone)]
+pub struct ExpireLock<S> {
+    store: S,
+    options: Options,
+}
+
+impl<S: Store> ExpireLock<S> {
+    /// Locks on `store` with default options.
+    pub fn new(store: S) -> Self {
+        ExpireLock::with_options(store, Options::default())
+    }
+
+    /// Locks on `store` with `options`.
+    pub fn with_options(store: S, options: Options) -> Self {
+        ExpireLock { store, options }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The keys of the lock `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty name or one with
+    /// braces.
+    pub fn keys(&self, name: &str) -> Result<LockKeys> {
+        self.options.keyspace.lock_keys(name)
+    }
+
+    /// Take the lock `name` for `ttl` if nobody holds it.
+    ///
+    /// One round trip. The expiry is computed from the server's clock.
+    ///
+    /// # Errors
+    ///
+    /// - [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput): empty name, TTL under 1 ms
+    ///   or over [`MAX_TTL`]; nothing is sent.
+    /// - [`ErrorKind::WrongType`](crate::ErrorKind::WrongType): the key holds data that is not
+    ///   one of our locks; nothing is changed.
+    /// - [`ErrorKind::Connection`](crate::ErrorKind::Connection) after one retry.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped after the request was sent, the server may still have granted
+    /// the lock; nobody then holds the lease, and the server frees the lock when `ttl` passes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tairlock::{Acquire, ExpireLock, MemoryStore, Unlock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let locks = ExpireLock::new(MemoryStore::new());
+    /// let Acquire::Acquired(lease) = locks.expire_lock("orders:42", Duration::from_secs(10)).await? else {
+    ///     panic!("nobody else holds it");
+    /// };
+    /// assert!(!locks.expire_lock("orders:42", Duration::from_secs(10)).await?.is_acquired());
+    /// assert_eq!(locks.expire_unlock("orders:42", &lease).await?, Unlock::Released);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn expire_lock(&self, name: &str, ttl: Duration) -> Result<Acquire> {
+        let keys = self.keys(name)?;
+        let ttl_ms = ttl_ms(ttl)?;
+        let args = [ttl_ms.to_string(), nonce(), self.retention_ms()];
+        let sent = tokio::time::Instant::now();
+        let reply = self.eval_retrying(&EXPIRE_LOCK, &keys.both(), &args).await?;
+        let items = array(&reply, &EXPIRE_LOCK)?;
+        match items.first().and_then(Reply::as_int) {
+            Some(1) => Ok(Acquire::Acquired(
+                lease_at(items, 1, &EXPIRE_LOCK)?.with_deadline(deadline(sent, ttl)),
+            )),
+            Some(0) => {
+                let remaining = items.get(2).and_then(Reply::as_int).unwrap_or(0).max(0);
+                Ok(Acquire::Held {
+                    holder: lease_at(items, 1, &EXPIRE_LOCK)?,
+                    remaining: Duration::from_millis(remaining as u64),
+                })
+            }
+            _ => Err(unexpected(&EXPIRE_LOCK, &reply)),
+        }
+    }
+
+    /// Delete the lock `name` only if it holds exactly `lease`.
+    ///
+    /// One round trip. Safe to repeat: a retried unlock reports [`Unlock::NotHeld`] and deletes
+    /// nothing. An expired holder can never delete a later holder's lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`expire_lock`](Self::expire_lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the lock; the TTL frees it in any case.
+    pub async fn expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        let keys = self.keys(name)?;
+        let reply = self
+            .eval_retrying(&EXPIRE_UNLOCK, &[keys.lock], &[lease.value().to_owned()])
+            .await?;
+        match reply.as_int() {
+            Some(1) => Ok(Unlock::Released),
+            Some(0) => Ok(Unlock::HeldByOther),
+            Some(-1) => Ok(Unlock::NotHeld),
+            _ => Err(unexpected(&EXPIRE_UNLOCK, &reply)),
+        }
+    }
+
+    /// Extend a held lease to `ttl` from now (server time). The lease rotates: the returned one
+    /// replaces `lease`, which no longer matches. The fencing token stays the same.
+    ///
+    /// # Errors
+    ///
+    /// As [`expire_lock`](Self::expire_lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped after sending, the lock may hold a lease the caller never saw;
+    /// the old lease then no longer matches and the lock frees itself after `ttl`.
+    pub async fn renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        let keys = self.keys(name)?;
+        let ttl_ms = ttl_ms(ttl)?;
+        let args = [lease.value().to_owned(), ttl_ms.to_string(), nonce(), self.retention_ms()];
+        let sent = tokio::time::Instant::now();
+        let reply = self.eval_retrying(&RENEW, &keys.both(), &args).await?;
+        let items = array(&reply, &RENEW)?;
+        match items.first().and_then(Reply::as_int) {
+            Some(1) => Ok(Renew::Renewed(lease_at(items, 1, &RENEW)?.with_deadline(deadline(sent, ttl)))),
+            Some(0) => Ok(Renew::HeldByOther),
+            Some(-1) => Ok(Renew::NotHeld),
+            _ => Err(unexpected(&RENEW, &reply)),
+        }
+    }
+
+    /// Read the lock's state in one atomic snapshot: holder, remaining time, last fence.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name; connection errors.
+    pub async fn inspect(&self, name: &str) -> Result<Inspection> {
+        let keys = self.keys(name)?;
+        let reply = self.eval_retrying(&INSPECT, &keys.both(), &[]).await?;
+        let items = array(&reply, &INSPECT)?;
+        let text = |i: usize| items.get(i).and_then(Reply::as_str).map(str::to_owned);
+        let key_type = text(0).ok_or_else(|| unexpected(&INSPECT, &reply))?;
+        let value = text(1);
+        let holder = value.as_deref().and_then(Lease::parse);
+        Ok(Inspection {
+            key: keys.lock,
+            foreign: key_type != "none" && holder.is_none(),
+            key_type,
+            holder,
+            ttl: Ttl::from_pttl(items.get(2).and_then(Reply::as_int).unwrap_or(-2)),
+            last_fence: text(3).and_then(|f| f.parse().ok()),
+        })
+    }
+
+    /// Delete the lock whoever holds it, for operators. Dangerous: the holder is not told and
+    /// keeps running its critical section; only fencing protects the resource then.
+    ///
+    /// Returns whether a lock was deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the key holds anything but one
+    /// of our leases: a user's data is never deleted.
+    pub async fn force_unlock(&self, name: &str) -> Result<bool> {
+        let keys = self.keys(name)?;
+        let reply = self.eval_retrying(&FORCE_UNLOCK, &[keys.lock], &[]).await?;
+        match reply.as_int() {
+            Some(1) => Ok(true),
+            Some(-1) => Ok(false),
+            _ => Err(unexpected(&FORCE_UNLOCK, &reply)),
+        }
+    }
+
+    /// Blocking twin of [`expire_lock`](Self::expire_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_expire_lock(&self, name: &str, ttl: Duration) -> Result<Acquire> {
+        blocking::block_on(self.store.runtime(), "blocking_expire_lock", self.expire_lock(name, ttl))
+    }
+
+    /// Blocking twin of [`expire_unlock`](Self::expire_unlock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        blocking::block_on(self.store.runtime(), "blocking_expire_unlock", self.expire_unlock(name, lease))
+    }
+
+    /// Blocking twin of [`renew`](Self::renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<Renew> {
+        blocking::block_on(self.store.runtime(), "blocking_renew", self.renew(name, lease, ttl))
+    }
+
+    /// Blocking twin of [`inspect`](Self::inspect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_inspect(&self, name: &str) -> Result<Inspection> {
+        blocking::block_on(self.store.runtime(), "blocking_inspect", self.inspect(name))
+    }
+
+    fn retention_ms(&self) -> String {
+        (self.options.fence_retention.as_millis().min(MAX_TTL.as_millis()) as u64).to_string()
+    }
+
+    /// Every script here is safe to repeat (nonces make acquire and renew idempotent; unlock is
+    /// compare-and-delete), so one retry after a dropped connection is harmless.
+    async fn eval_retrying(&self, script: &'static Script, keys: &[String], args: &[String]) -> Result<Reply> {
+        match self.store.eval(script, keys, args).await {
+            Err(e) if e.is_connection() => self.store.eval(script, keys, args).await,
+            other => other,
+        }
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> Result<u64> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::invalid(format!("ttl {ttl:?} is shorter than 1 ms")));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid(format!("ttl {ttl:?} is longer than the maximum of {MAX_TTL:?}")));
+    }
+    // Round up: a lease never ends before the caller asked.
+    Ok(ttl.as_micros().div_ceil(1000) as u64)
+}
+
+fn deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+    let drift = ttl / 100 + Duration::from_millis(2);
+    sent + ttl.saturating_sub(drift)
+}
+
+fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {
+    reply.as_array().ok_or_else(|| unexpected(script, reply))
+}
+
+fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
+    items
+        .get(i)
+        .and_then(Reply::as_str)
+        .and_then(Lease::parse)
+        .ok_or_else(|| Error::new(crate::ErrorKind::Server, format!("{} returned a malformed lease", script.name())))
+}
+
+fn unexpected(script: &Script, reply: &Reply) -> Error {
+    Error::new(
+        crate::ErrorKind::Server,
+        format!("unexpected reply from {}: {reply:?}", script.name()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_is_validated_and_rounded_up() {
+        assert!(ttl_ms(Duration::ZERO).unwrap_err().is_invalid_input());
+        assert!(ttl_ms(Duration::from_micros(999)).unwrap_err().is_invalid_input());
+        assert!(ttl_ms(MAX_TTL + Duration::from_millis(1)).unwrap_err().is_invalid_input());
+        assert!(ttl_ms(Duration::MAX).unwrap_err().is_invalid_input());
+        assert_eq!(ttl_ms(Duration::from_micros(1500)).unwrap(), 2);
+        assert_eq!(ttl_ms(Duration::from_secs(30)).unwrap(), 30_000);
+    }
+}

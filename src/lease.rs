@@ -1,0 +1,136 @@
+//! Leases: the server-issued credential of a held lock.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::scripts::LEASE_PREFIX;
+
+/// The credential of a held expire lock: the only way to unlock or renew it.
+///
+/// Stored as the lock key's value, `tl1:<expiry ms>:<fence>:<nonce>`:
+/// - the expiry is the **server's** time (milliseconds since the epoch) at which the lock key
+///   expires; no client clock is involved;
+/// - the fencing token strictly increases per lock across acquisitions (see the crate docs,
+///   "Fencing");
+/// - the nonce is 128 random bits, fresh for every acquisition and renewal, so no two leases are
+///   ever equal and a stale holder can never match a newer lease.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Lease {
+    value: String,
+    expires_at: Duration,
+    fence: u64,
+    nonce_at: usize,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Lease {
+    /// Parse a stored lease value; `None` if it is not one.
+    pub fn parse(value: &str) -> Option<Lease> {
+        let rest = value.strip_prefix(LEASE_PREFIX)?;
+        let mut parts = rest.splitn(3, ':');
+        let expiry: u64 = parts.next()?.parse().ok()?;
+        let fence: u64 = parts.next()?.parse().ok()?;
+        let nonce = parts.next()?;
+        if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        Some(Lease {
+            value: value.to_owned(),
+            expires_at: Duration::from_millis(expiry),
+            fence,
+            nonce_at: value.len() - nonce.len(),
+            deadline: None,
+        })
+    }
+
+    pub(crate) fn with_deadline(mut self, deadline: tokio::time::Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The stored value, exactly.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// When the server will expire the lock, as server time since the epoch.
+    pub fn expires_at(&self) -> Duration {
+        self.expires_at
+    }
+
+    /// The fencing token: pass it to the resource you protect, and have the resource reject any
+    /// token lower than the highest it has seen.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The random nonce (hex).
+    pub fn nonce(&self) -> &str {
+        &self.value[self.nonce_at..]
+    }
+
+    /// The local instant by which this client must stop relying on the lease: the time the
+    /// request was sent plus the TTL, less a drift allowance (1% + 2 ms). `None` for a lease read
+    /// back by [`inspect`](crate::ExpireLock::inspect) rather than acquired here.
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
+    }
+
+    /// Time left before [`deadline`](Self::deadline), zero if passed, `None` if unknown.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The nonce is the credential: show only its first characters.
+        let nonce = self.nonce();
+        f.debug_struct("Lease")
+            .field("expires_at_ms", &self.expires_at.as_millis())
+            .field("fence", &self.fence)
+            .field("nonce", &format_args!("{}…", &nonce[..nonce.len().min(6)]))
+            .finish()
+    }
+}
+
+/// A fresh 128-bit nonce, hex.
+pub(crate) fn nonce() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_parses_its_own_format() {
+        let lease = Lease::parse("tl1:1700000000123:42:00ff").unwrap();
+        assert_eq!(lease.expires_at(), Duration::from_millis(1_700_000_000_123));
+        assert_eq!(lease.fence(), 42);
+        assert_eq!(lease.nonce(), "00ff");
+        assert_eq!(lease.value(), "tl1:1700000000123:42:00ff");
+    }
+
+    #[test]
+    fn foreign_values_are_not_leases() {
+        for v in ["", "hello", "tl1:", "tl1:1:2:", "tl1:x:2:ab", "tl1:1:2:zz", "1700000000"] {
+            assert!(Lease::parse(v).is_none(), "{v}");
+        }
+    }
+
+    #[test]
+    fn nonces_are_128_bit_hex_and_distinct() {
+        let (a, b) = (nonce(), nonce());
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn debug_does_not_print_the_whole_nonce() {
+        let lease = Lease::parse("tl1:1:2:0123456789abcdef").unwrap();
+        assert!(!format!("{lease:?}").contains("0123456789abcdef"));
+    }
+}

@@ -1,0 +1,61 @@
+//! Tair-style expiring distributed locks on Redis, and an embedded Redis-like store.
+//!
+//! - **[`ExpireLock`]**: `expire_lock(name, ttl)` takes a lock iff nobody holds it and returns a
+//!   server-issued [`Lease`] (server-time expiry, 128-bit nonce, fencing token); the lease is the
+//!   only way to [`expire_unlock`](ExpireLock::expire_unlock) or [`renew`](ExpireLock::renew) it.
+//!   One round trip per operation, all of them atomic scripts.
+//! - **Stores** ([`store`]): [`RedisStore`] on a real server and [`MemoryStore`] in process, one
+//!   [`Store`] contract, proven equal by the conformance and differential tests.
+//! - **Atomic operations** ([`script`], [`scripts`]): each a `.lua` file beside its native body,
+//!   the way `tairlock-legacy` and `tairlock-rwlock` declare theirs too.
+//! - **Time** ([`clock`]): injected everywhere a clock is read, so tests can pause and skew it.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tairlock::{Acquire, ExpireLock, RedisStore};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> tairlock::Result<()> {
+//! let locks = ExpireLock::new(RedisStore::connect("redis://127.0.0.1:6379").await?);
+//! match locks.expire_lock("orders:42", Duration::from_secs(10)).await? {
+//!     Acquire::Acquired(lease) => {
+//!         // ... the critical section; pass lease.fence() to the resource you write ...
+//!         locks.expire_unlock("orders:42", &lease).await?;
+//!     }
+//!     Acquire::Held { remaining, .. } => println!("busy for another {remaining:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Guarantees, and what is not guaranteed
+//!
+//! - Mutual exclusion holds while every holder finishes within its lease. A holder paused past
+//!   its lease (GC, swap, a stopped VM) keeps running after someone else got the lock: no lease
+//!   lock can prevent that. Pass [`Lease::fence`] to the protected resource and have it reject
+//!   lower tokens; that is what makes a paused holder harmless.
+//! - Expiry is judged by the server's clock only; client clocks never decide anything.
+//! - A single Redis master with asynchronous replication can lose a lock on failover.
+
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod blocking;
+pub mod clock;
+mod error;
+mod expire_lock;
+pub mod keys;
+mod lease;
+pub mod script;
+pub mod scripts;
+pub mod store;
+mod sync;
+
+pub use crate::error::{Error, ErrorKind, Result};
+pub use crate::expire_lock::{Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock};
+pub use crate::keys::{Keyspace, LockKeys};
+pub use crate::lease::Lease;
+pub use crate::script::{Reply, Script};
+pub use crate::store::{MemoryStore, RedisStore, Store, Ttl};

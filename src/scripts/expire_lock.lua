@@ -1,0 +1,52 @@
+-- expire_lock: take the lock if it is not held, with a lease and a fencing token.
+--   KEYS[1]  lock key    <prefix>{name}
+--   KEYS[2]  fence key   <prefix>{name}:fence   (same hash tag)
+--   ARGV[1]  lease length in ms (> 0)
+--   ARGV[2]  nonce: fresh, unguessable hex, one per attempt
+--   ARGV[3]  how long the fence state outlives the lease, in ms
+-- Returns
+--   {1, lease}         taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by server time.
+--                      Also returned when this nonce already holds the lock (a retried call whose
+--                      first reply was lost), so the call is safe to repeat.
+--   {0, holder, pttl}  held by another lease for pttl more ms
+--   error WRONGTYPE / NOTLOCK when either key holds data that is not ours; nothing is written.
+local lock_type = redis.call('TYPE', KEYS[1])['ok']
+if lock_type ~= 'none' and lock_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+end
+local fence_type = redis.call('TYPE', KEYS[2])['ok']
+if fence_type ~= 'none' and fence_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE fence key holds a ' .. fence_type)
+end
+local last = 0
+if fence_type == 'string' then
+  local raw = redis.call('GET', KEYS[2])
+  if not string.match(raw, '^%d+$') then
+    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
+  end
+  last = tonumber(raw)
+end
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if string.sub(cur, 1, 4) ~= 'tl1:' then
+    return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
+  end
+  local mine = ':' .. ARGV[2]
+  if string.sub(cur, -#mine) == mine then
+    return {1, cur}
+  end
+  return {0, cur, redis.call('PTTL', KEYS[1])}
+end
+local ttl = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- The token is the larger of "one more than the last" and the server time in microseconds, so it
+-- keeps increasing even after the fence key has expired (see the crate docs, "Fencing").
+local fence = last + 1
+if now_us > fence then
+  fence = now_us
+end
+local lease = string.format('tl1:%d:%d:%s', math.floor(now_us / 1000) + ttl, fence, ARGV[2])
+redis.call('SET', KEYS[1], lease, 'PX', ttl)
+redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ttl + tonumber(ARGV[3]))
+return {1, lease}

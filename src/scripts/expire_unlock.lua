@@ -1,0 +1,21 @@
+-- expire_unlock: delete the lock only if it holds exactly this lease.
+--   KEYS[1]  lock key
+--   ARGV[1]  the lease value expire_lock returned
+-- Returns 1 released, 0 held by another lease, -1 not held (absent or expired).
+-- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
+local lock_type = redis.call('TYPE', KEYS[1])['ok']
+if lock_type == 'none' then
+  return -1
+end
+if lock_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+end
+local cur = redis.call('GET', KEYS[1])
+if string.sub(cur, 1, 4) ~= 'tl1:' then
+  return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
+end
+if cur == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0

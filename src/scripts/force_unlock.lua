@@ -1,0 +1,17 @@
+-- force_unlock: delete the lock whoever holds it, but only if it is one of our locks.
+--   KEYS[1]  lock key
+-- Returns 1 deleted, -1 not held.
+-- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
+local lock_type = redis.call('TYPE', KEYS[1])['ok']
+if lock_type == 'none' then
+  return -1
+end
+if lock_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+end
+local cur = redis.call('GET', KEYS[1])
+if string.sub(cur, 1, 4) ~= 'tl1:' then
+  return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
+end
+redis.call('DEL', KEYS[1])
+return 1

@@ -1,0 +1,20 @@
+use super::{LEASE_PREFIX, not_a_lease, string_or_none};
+use crate::script::{Reply, Script};
+use crate::store::memory::{CommandResult, Db};
+
+/// Delete the lock whoever holds it, if it is one of ours. Lua: `force_unlock.lua`.
+pub static FORCE_UNLOCK: Script =
+    Script::new("force_unlock", include_str!("force_unlock.lua"), native);
+
+fn native(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply> {
+    let lock = &keys[0];
+    if string_or_none(db, lock, "lock")? == "none" {
+        return Ok(Reply::Int(-1));
+    }
+    let cur = db.get(lock)?.unwrap_or_default();
+    if !cur.starts_with(LEASE_PREFIX.as_bytes()) {
+        return Err(not_a_lease());
+    }
+    db.del(lock);
+    Ok(Reply::Int(1))
+}

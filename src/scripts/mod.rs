@@ -1,0 +1,77 @@
+//! The expire lock's atomic operations, each a `.lua` file beside its native body.
+//!
+//! | operation | KEYS | ARGV | reply |
+//! |---|---|---|---|
+//! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease}` / `{0, holder, pttl}` |
+//! | [`EXPIRE_UNLOCK`] | lock | lease | `1` / `0` / `-1` |
+//! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
+//! | [`FORCE_UNLOCK`] | lock | | `1` / `-1` |
+//! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
+//!
+//! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key
+//! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`).
+
+mod expire_lock;
+mod expire_unlock;
+mod force_unlock;
+mod inspect;
+mod renew;
+
+pub use self::expire_lock::EXPIRE_LOCK;
+pub use self::expire_unlock::EXPIRE_UNLOCK;
+pub use self::force_unlock::FORCE_UNLOCK;
+pub use self::inspect::INSPECT;
+pub use self::renew::RENEW;
+
+use crate::script::Script;
+use crate::store::memory::{CommandError, CommandResult, Db};
+
+/// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
+pub static ALL: [&Script; 5] = [&EXPIRE_LOCK, &EXPIRE_UNLOCK, &RENEW, &FORCE_UNLOCK, &INSPECT];
+
+/// The value prefix that marks a tairlock lease.
+pub const LEASE_PREFIX: &str = "tl1:";
+
+/// `TYPE` must be `none` or `string`; `what` names the key in the error, as the Lua does.
+pub(crate) fn string_or_none(db: &mut Db, key: &str, what: &str) -> CommandResult<&'static str> {
+    match db.key_type(key) {
+        t @ ("none" | "string") => Ok(t),
+        other => Err(CommandError::new("WRONGTYPE", format!("{what} key holds a {other}"))),
+    }
+}
+
+pub(crate) fn not_a_lease() -> CommandError {
+    CommandError::new("NOTLOCK", "lock key holds a value that is not a tairlock lease")
+}
+
+pub(crate) fn not_a_fence() -> CommandError {
+    CommandError::new("NOTLOCK", "fence key holds a value that is not a fencing token")
+}
+
+/// `string.match(v, '^%d+$')`.
+pub(crate) fn all_digits(v: &[u8]) -> bool {
+    !v.is_empty() && v.iter().all(u8::is_ascii_digit)
+}
+
+/// Read a fence key the way the scripts do: absent → `None`, digits → the value, else `NOTLOCK`.
+pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
+    if string_or_none(db, key, "fence")? == "none" {
+        return Ok(None);
+    }
+    let raw = db.get(key)?.unwrap_or_default();
+    if !all_digits(&raw) {
+        return Err(not_a_fence());
+    }
+    // Lua numbers are doubles; digits beyond u64 would lose precision there too.
+    Ok(Some(std::str::from_utf8(&raw).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX)))
+}
+
+/// Microseconds since the epoch, by the store's (frozen) clock.
+pub(crate) fn now_us(db: &Db) -> u64 {
+    let (secs, micros) = db.time();
+    secs * 1_000_000 + micros
+}
+
+pub(crate) fn format_lease(expiry_ms: u64, fence: u64, nonce: &str) -> String {
+    format!("{LEASE_PREFIX}{expiry_ms}:{fence}:{nonce}")
+}

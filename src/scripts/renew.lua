@@ -1,0 +1,50 @@
+-- renew: move the expiry of a lease this caller holds, rotating its nonce.
+--   KEYS[1]  lock key
+--   KEYS[2]  fence key
+--   ARGV[1]  the current lease value
+--   ARGV[2]  new lease length in ms (> 0), from now by server time
+--   ARGV[3]  new nonce
+--   ARGV[4]  how long the fence state outlives the lease, in ms
+-- Returns {1, new lease} (also when this new nonce already holds it: a retried renewal),
+--         {0} held by another lease, {-1} not held.
+-- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
+local lock_type = redis.call('TYPE', KEYS[1])['ok']
+if lock_type == 'none' then
+  return {-1}
+end
+if lock_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+end
+local fence_type = redis.call('TYPE', KEYS[2])['ok']
+if fence_type ~= 'none' and fence_type ~= 'string' then
+  return redis.error_reply('WRONGTYPE fence key holds a ' .. fence_type)
+end
+local last = false
+if fence_type == 'string' then
+  last = redis.call('GET', KEYS[2])
+  if not string.match(last, '^%d+$') then
+    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
+  end
+end
+local cur = redis.call('GET', KEYS[1])
+if string.sub(cur, 1, 4) ~= 'tl1:' then
+  return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
+end
+if cur ~= ARGV[1] then
+  local mine = ':' .. ARGV[3]
+  if string.sub(cur, -#mine) == mine then
+    return {1, cur}
+  end
+  return {0}
+end
+local fence = string.match(cur, '^tl1:%d+:(%d+):')
+local ttl = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local lease = string.format('tl1:%d:%s:%s', math.floor(now_us / 1000) + ttl, fence, ARGV[3])
+redis.call('SET', KEYS[1], lease, 'PX', ttl)
+if not last or tonumber(last) < tonumber(fence) then
+  last = fence
+end
+redis.call('SET', KEYS[2], last, 'PX', ttl + tonumber(ARGV[4]))
+return {1, lease}

@@ -1,0 +1,50 @@
+use std::time::Duration;
+
+use super::{LEASE_PREFIX, all_digits, format_lease, not_a_fence, not_a_lease, now_us, string_or_none};
+use crate::script::{Reply, Script, int_arg};
+use crate::store::memory::{CommandResult, Db};
+
+/// Move the expiry of a held lease and rotate its nonce. Lua: `renew.lua`.
+pub static RENEW: Script = Script::new("renew", include_str!("renew.lua"), native);
+
+fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    let (lock, fence_key) = (&keys[0], &keys[1]);
+    if string_or_none(db, lock, "lock")? == "none" {
+        return Ok(Reply::Array(vec![Reply::Int(-1)]));
+    }
+    let mut last = None;
+    if string_or_none(db, fence_key, "fence")? == "string" {
+        let raw = db.get(fence_key)?.unwrap_or_default();
+        if !all_digits(&raw) {
+            return Err(not_a_fence());
+        }
+        last = Some(String::from_utf8(raw).expect("digits are utf-8"));
+    }
+    let cur = db.get(lock)?.unwrap_or_default();
+    if !cur.starts_with(LEASE_PREFIX.as_bytes()) {
+        return Err(not_a_lease());
+    }
+    if cur != args[0].as_bytes() {
+        let mine = format!(":{}", args[2]);
+        if cur.ends_with(mine.as_bytes()) {
+            return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
+        }
+        return Ok(Reply::Array(vec![Reply::Int(0)]));
+    }
+    let cur = String::from_utf8_lossy(&cur).into_owned();
+    let fence: u64 = cur
+        .split(':')
+        .nth(2)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(not_a_lease)?;
+    let ttl = int_arg(args, 1)? as u64;
+    let retention = int_arg(args, 3)? as u64;
+    let lease = format_lease(now_us(db) / 1000 + ttl, fence, &args[2]);
+    db.set(lock, lease.clone(), Some(Duration::from_millis(ttl)));
+    let keep = match last {
+        Some(last) if last.parse::<f64>().unwrap_or(0.0) >= fence as f64 => last,
+        _ => fence.to_string(),
+    };
+    db.set(fence_key, keep, Some(Duration::from_millis(ttl + retention)));
+    Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+}

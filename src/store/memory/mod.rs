@@ -1,0 +1,138 @@
+//! The embedded store: Redis's data model and commands in process, with an injectable clock.
+//!
+//! Shaped like mini-redis's `Db`: a cheap-to-clone handle around one shared state, and one mutex
+//! around the keyspace, held for exactly one command or one script. That is Redis's own unit of
+//! atomicity, so a native body run under the lock is as atomic as its Lua twin run by the server.
+//! Nothing here is a mock: it is a product feature (tests and the `race` simulation run on it,
+//! and so can applications that need locks between tasks of one process), and it is held to the
+//! same contract as [`RedisStore`](super::RedisStore) by the shared conformance and differential
+//! tests.
+
+mod db;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use self::db::{CommandError, CommandResult, Db};
+
+use super::{Store, Ttl};
+use crate::clock::{SharedClock, SystemClock};
+use crate::error::Result;
+use crate::script::{Reply, Script};
+use crate::sync::Mutex;
+
+/// The embedded store. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    db: Mutex<Db>,
+    clock: SharedClock,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store on the system clock.
+    pub fn new() -> Self {
+        MemoryStore::with_clock(Arc::new(SystemClock))
+    }
+
+    /// A store on `clock` (a [`VirtualClock`](crate::clock::VirtualClock) in tests).
+    pub fn with_clock(clock: SharedClock) -> Self {
+        MemoryStore {
+            shared: Arc::new(Shared {
+                db: Mutex::new(Db::new()),
+                clock,
+            }),
+        }
+    }
+
+    /// The store's clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.shared.clock
+    }
+
+    /// Run `f` on the keyspace as one atomic step, with time frozen at the clock's now.
+    pub fn atomically<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {
+        let now = self.shared.clock.now();
+        let mut db = self.shared.db.lock();
+        db.set_time(now);
+        f(&mut db)
+    }
+
+    fn run<T>(&self, f: impl FnOnce(&mut Db) -> CommandResult<T>) -> Result<T> {
+        self.atomically(f).map_err(Into::into)
+    }
+}
+
+impl Store for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.run(|db| db.get(key))
+    }
+
+    async fn set_nx(&self, key: &str, value: &[u8]) -> Result<bool> {
+        Ok(self.atomically(|db| db.set_nx(key, value, None)))
+    }
+
+    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
+        Ok(self.atomically(|db| db.set_nx(key, value, Some(ttl))))
+    }
+
+    async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.atomically(|db| db.set(key, value, None));
+        Ok(())
+    }
+
+    async fn getset(&self, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.run(|db| db.getset(key, value))
+    }
+
+    async fn getdel(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.run(|db| db.getdel(key))
+    }
+
+    async fn del(&self, key: &str) -> Result<bool> {
+        Ok(self.atomically(|db| db.del(key)))
+    }
+
+    async fn incr(&self, key: &str) -> Result<i64> {
+        self.run(|db| db.incr_by(key, 1))
+    }
+
+    async fn decr(&self, key: &str) -> Result<i64> {
+        self.run(|db| db.incr_by(key, -1))
+    }
+
+    async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
+        Ok(self.atomically(|db| db.pexpire(key, Duration::from_secs(seconds))))
+    }
+
+    async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
+        Ok(self.atomically(|db| db.pexpire(key, ttl)))
+    }
+
+    async fn pttl(&self, key: &str) -> Result<Ttl> {
+        Ok(Ttl::from_pttl(self.atomically(|db| db.pttl(key))))
+    }
+
+    async fn key_type(&self, key: &str) -> Result<String> {
+        Ok(self.atomically(|db| db.key_type(key)).to_owned())
+    }
+
+    async fn time(&self) -> Result<Duration> {
+        Ok(self.shared.clock.now())
+    }
+
+    async fn eval(&self, script: &'static Script, keys: &[String], args: &[String]) -> Result<Reply> {
+        let native = script.native();
+        self.run(|db| native(db, keys, args))
+    }
+}

@@ -1,0 +1,264 @@
+//! The store on a real Redis (or Valkey) server.
+//!
+//! One multiplexed connection with reconnect (`redis::aio::ConnectionManager`): cheap to clone,
+//! shared by every lock of a client. Scripts run by `EVALSHA`; when the server answers
+//! `NOSCRIPT` (Redis 7+ forgets scripts on every restart, failover and `SCRIPT FLUSH`) the script
+//! is loaded with `SCRIPT LOAD` and run again, which cannot double-apply it because `NOSCRIPT` is
+//! answered before anything runs.
+//!
+//! A dropped connection is reported as an [`ErrorKind::Connection`](crate::ErrorKind) error and
+//! the manager reconnects in the background; plain commands are not retried here (INCR is not
+//! idempotent), while the lock kinds retry their own scripts, which are written to be safe to
+//! repeat.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::{Store, Ttl};
+use crate::error::{Error, Result};
+use crate::script::{Reply, Script};
+
+/// Connection settings for [`RedisStore`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RedisOptions {
+    /// How long one command may take before it fails with a timeout.
+    pub response_timeout: Duration,
+    /// How long one connection attempt may take.
+    pub connection_timeout: Duration,
+    /// How many times the manager retries a reconnect before giving up until the next command.
+    pub reconnect_retries: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_secs(2),
+            reconnect_retries: 6,
+        }
+    }
+}
+
+/// The Redis store. See the [module docs](self).
+#[derive(Clone)]
+pub struct RedisStore {
+    con: ConnectionManager,
+    runtime: tokio::runtime::Handle,
+    /// Set by [`RedisStore::blocking_connect`]: the runtime this store owns.
+    owned: Option<std::sync::Arc<tokio::runtime::Runtime>>,
+    client: redis::Client,
+    url: String,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connect to `url` (`redis://[user:pass@]host:port/db`, `rediss://` with a TLS feature of the
+    /// `redis` crate) with default options.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a malformed URL,
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self> {
+        RedisStore::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect with explicit options.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::invalid(format!("bad redis url {url:?}: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(options.response_timeout))
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_number_of_retries(options.reconnect_retries);
+        let con = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(RedisStore {
+            con,
+            runtime: tokio::runtime::Handle::current(),
+            owned: None,
+            client,
+            url: redact(url),
+        })
+    }
+
+    /// Connect from blocking code: the store owns a small multi-thread runtime (one worker) that
+    /// drives its connection, and the `blocking_*` methods of every lock kind run on it.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime (use [`connect`](Self::connect) there).
+    #[track_caller]
+    pub fn blocking_connect(url: &str) -> Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tairlock-io")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::new(crate::ErrorKind::Connection, format!("cannot start the I/O runtime: {e}")))?;
+        let runtime = std::sync::Arc::new(runtime);
+        let mut store = crate::blocking::block_on(
+            Some(runtime.handle().clone()),
+            "RedisStore::blocking_connect",
+            RedisStore::connect(url),
+        )?;
+        store.owned = Some(runtime);
+        Ok(store)
+    }
+
+    /// The `redis` client this store connected with, for dedicated connections (`WATCH`
+    /// transactions, pub/sub) that must not share the multiplexed one.
+    pub fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// The server's URL, with any password removed.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Send any command (for tools and tests: `INFO`, `SCRIPT FLUSH`, ...).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the server answers.
+    pub async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut con = self.con.clone();
+        Ok(cmd.query_async(&mut con).await?)
+    }
+
+    /// `SCRIPT LOAD` every given script now, so the first lock operation does not pay for it.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the server answers.
+    pub async fn preload(&self, scripts: &[&'static Script]) -> Result<()> {
+        for script in scripts {
+            let mut con = self.con.clone();
+            script.redis().prepare_invoke().load_async(&mut con).await?;
+        }
+        Ok(())
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
+        let mut con = self.con.clone();
+        Ok(cmd.query_async(&mut con).await?)
+    }
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+fn cmd(name: &str) -> redis::Cmd {
+    redis::cmd(name)
+}
+
+impl Store for RedisStore {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.query(cmd("GET").arg(key).clone()).await
+    }
+
+    async fn set_nx(&self, key: &str, value: &[u8]) -> Result<bool> {
+        self.query(cmd("SETNX").arg(key).arg(value).clone()).await
+    }
+
+    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
+        let reply: Option<String> = self
+            .query(cmd("SET").arg(key).arg(value).arg("NX").arg("PX").arg(ttl.as_millis() as u64).clone())
+            .await?;
+        Ok(reply.is_some())
+    }
+
+    async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.query(cmd("SET").arg(key).arg(value).clone()).await
+    }
+
+    async fn getset(&self, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.query(cmd("GETSET").arg(key).arg(value).clone()).await
+    }
+
+    async fn getdel(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.query(cmd("GETDEL").arg(key).clone()).await
+    }
+
+    async fn del(&self, key: &str) -> Result<bool> {
+        let n: i64 = self.query(cmd("DEL").arg(key).clone()).await?;
+        Ok(n > 0)
+    }
+
+    async fn incr(&self, key: &str) -> Result<i64> {
+        self.query(cmd("INCR").arg(key).clone()).await
+    }
+
+    async fn decr(&self, key: &str) -> Result<i64> {
+        self.query(cmd("DECR").arg(key).clone()).await
+    }
+
+    async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
+        self.query(cmd("EXPIRE").arg(key).arg(seconds).clone()).await
+    }
+
+    async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
+        self.query(cmd("PEXPIRE").arg(key).arg(ttl.as_millis() as u64).clone()).await
+    }
+
+    async fn pttl(&self, key: &str) -> Result<Ttl> {
+        Ok(Ttl::from_pttl(self.query(cmd("PTTL").arg(key).clone()).await?))
+    }
+
+    async fn key_type(&self, key: &str) -> Result<String> {
+        self.query(cmd("TYPE").arg(key).clone()).await
+    }
+
+    async fn time(&self) -> Result<Duration> {
+        let (secs, micros): (u64, u64) = self.query(cmd("TIME")).await?;
+        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+    }
+
+    async fn eval(&self, script: &'static Script, keys: &[String], args: &[String]) -> Result<Reply> {
+        let mut invocation = script.redis().prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let mut con = self.con.clone();
+        let value: redis::Value = invocation.invoke_async(&mut con).await?;
+        Ok(Reply::from(value))
+    }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        Some(self.runtime.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_credentials() {
+        assert_eq!(redact("redis://user:secret@127.0.0.1:6379/0"), "redis://***@127.0.0.1:6379/0");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+}

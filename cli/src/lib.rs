@@ -1,1 +1,7 @@
-//! cli
+//! The `tairlock` command-line tool, as a library so tests can drive its parts.
+//!
+//! - [`race`]: the main job, `tairlock race`.
+//! - [`admin`]: `tairlock inspect` and `tairlock unlock --force`.
+
+pub mod admin;
+pub mod race;

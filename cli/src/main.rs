@@ -1,1 +1,314 @@
-fn main() {}
+//! `tairlock`: race lock algorithms against each other, inspect and force-unlock locks.
+//!
+//! Exit codes: 0 success; 1 a safe algorithm broke one of its zeros in `race`; 2 usage error;
+//! 3 `race` ran a verbatim recipe in every scenario and it showed no flaw (the demonstration
+//! failed); 4 a store or I/O error; 5 `unlock --force` refused a key that is not one of our locks.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tairlock::clock::{SharedClock, SystemClock, TokioClock};
+use tairlock::{ExpireLock, Keyspace, MemoryStore, Options, RedisStore};
+use tairlock_cli::admin::{self, InspectReport};
+use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tairlock",
+    version,
+    about = "Expiring distributed locks on Redis: race, inspect, unlock"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Contending clients run each lock algorithm under stalls, crashes and clock skew; a table
+    /// counts overlaps, foreign deletions, stale writes and stuck locks.
+    Race(RaceArgs),
+    /// Show a lock's holder, expiry, remaining time and fencing token.
+    Inspect(KeyArgs),
+    /// Delete a lock whoever holds it (refuses a key that is not one of our locks).
+    Unlock {
+        /// Required: this deletes someone else's lock.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        key: KeyArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+struct RaceArgs {
+    /// Contending clients per trial.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Trials per algorithm and scenario.
+    #[arg(long)]
+    trials: Option<usize>,
+    /// Lease length (e.g. 100ms, 1s).
+    #[arg(long, value_parser = parse_duration)]
+    lease: Option<Duration>,
+    /// How long each trial runs.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Scenario to run (repeatable): short-stalls, long-stalls, crashes, clock-skew.
+    #[arg(long = "scenario")]
+    scenarios: Vec<Scenario>,
+    /// Algorithm to run (repeatable); all by default.
+    #[arg(long = "algorithm")]
+    algorithms: Vec<String>,
+    /// Run against this Redis server (real time) instead of the embedded store (virtual time).
+    #[arg(long)]
+    redis: Option<String>,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct KeyArgs {
+    /// The lock name (e.g. orders:42) or its full key (e.g. 'tairlock:{orders:42}').
+    key: String,
+    /// The Redis server.
+    #[arg(long, env = "TAIRLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Key prefix of the locks.
+    #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
+    prefix: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {s:?}: expected e.g. 100ms, 2s, 1.5s"))?;
+    let secs = match unit {
+        "us" | "µs" => value / 1e6,
+        "ms" => value / 1e3,
+        "s" | "" => value,
+        "m" => value * 60.0,
+        _ => {
+            return Err(format!(
+                "bad duration unit {unit:?} in {s:?}: use us, ms, s or m"
+            ));
+        }
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
+        return Err(format!(
+            "duration {s:?} is out of range (must be > 0 and at most a day)"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Race(args) => race_command(args),
+        Command::Inspect(args) => admin_command(args, false),
+        Command::Unlock { force, key } => {
+            if !force {
+                eprintln!(
+                    "tairlock: unlock deletes a lock whoever holds it; pass --force to confirm"
+                );
+                return ExitCode::from(2);
+            }
+            admin_command(key, true)
+        }
+    }
+}
+
+fn race_command(args: RaceArgs) -> ExitCode {
+    let mut config = RaceConfig {
+        clients: args.clients,
+        seed: args.seed,
+        algorithms: args.algorithms.clone(),
+        ..RaceConfig::default()
+    };
+    if config.clients < 2 {
+        eprintln!("tairlock: a race needs at least 2 clients");
+        return ExitCode::from(2);
+    }
+    let known = race::algorithm_names();
+    if let Some(bad) = args
+        .algorithms
+        .iter()
+        .find(|a| !known.contains(&a.as_str()))
+    {
+        eprintln!(
+            "tairlock: unknown algorithm {bad:?}; expected one of {}",
+            known.join(", ")
+        );
+        return ExitCode::from(2);
+    }
+    if !args.scenarios.is_empty() {
+        config.scenarios = args.scenarios.clone();
+    }
+    if let Some(lease) = args.lease {
+        config.lease = lease;
+    }
+    if args.redis.is_some() {
+        // Real time: fewer, shorter trials by default.
+        config.trials = 3;
+        config.trial_length = config.lease * 15;
+        config.latency = None;
+        config.key_prefix = format!("tairlock-race:{}", std::process::id());
+    }
+    if let Some(trials) = args.trials {
+        config.trials = trials.max(1);
+    }
+    if let Some(d) = args.duration {
+        config.trial_length = d;
+    } else if args.lease.is_some() {
+        config.trial_length = config.lease * if args.redis.is_some() { 15 } else { 30 };
+    }
+    let progress = |row: &Row| {
+        eprintln!(
+            "  {:<20} {:<13} {}",
+            row.algorithm, row.scenario, row.verdict
+        )
+    };
+    eprintln!(
+        "tairlock race: {} clients, {} trials of {:?}, lease {:?}, seed {}, {}",
+        config.clients,
+        config.trials,
+        config.trial_length,
+        config.lease,
+        config.seed,
+        args.redis
+            .as_deref()
+            .map_or("embedded store (virtual time)".to_owned(), |u| format!(
+                "redis {u} (real time)"
+            ))
+    );
+    let rows = match &args.redis {
+        None => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let clock: SharedClock = Arc::new(TokioClock::new());
+                let store = MemoryStore::with_clock(clock.clone());
+                race::run(store, clock, "memory", &config, progress).await
+            })
+        }
+        Some(url) => {
+            let rt = tokio::runtime::Runtime::new().expect("runtime");
+            rt.block_on(async {
+                let store = RedisStore::connect(url).await?;
+                race::run(store, Arc::new(SystemClock), "redis", &config, progress).await
+            })
+        }
+    };
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            return ExitCode::from(4);
+        }
+    };
+    if args.json {
+        println!("{}", report::json(&rows));
+    } else {
+        print!("{}", report::table(&rows));
+    }
+    let broken: Vec<_> = rows.iter().filter(|r| r.broken()).collect();
+    for r in &broken {
+        eprintln!(
+            "tairlock: BROKEN: {} broke its zeros under {}",
+            r.algorithm, r.scenario
+        );
+    }
+    if !broken.is_empty() {
+        return ExitCode::from(1);
+    }
+    let mut silent = Vec::new();
+    for r in rows.iter().filter(|r| r.expectation == "flawed") {
+        if rows
+            .iter()
+            .filter(|o| o.algorithm == r.algorithm)
+            .all(|o| o.verdict == "no flaw shown")
+            && !silent.contains(&r.algorithm)
+        {
+            silent.push(r.algorithm.clone());
+        }
+    }
+    if !silent.is_empty() && config.scenarios.len() == Scenario::ALL.len() {
+        eprintln!(
+            "tairlock: the verbatim recipe(s) {} showed no flaw: the demonstration failed",
+            silent.join(", ")
+        );
+        return ExitCode::from(3);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Split `prefix{name}` into (prefix, name); a bare name keeps the given prefix.
+fn split_key(key: &str, default_prefix: &str) -> (String, String) {
+    if let (Some(open), true) = (key.find('{'), key.ends_with('}')) {
+        return (
+            key[..open].to_owned(),
+            key[open + 1..key.len() - 1].to_owned(),
+        );
+    }
+    (default_prefix.to_owned(), key.to_owned())
+}
+
+fn admin_command(args: KeyArgs, force_unlock: bool) -> ExitCode {
+    let (prefix, name) = split_key(&args.key, &args.prefix);
+    let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let result: tairlock::Result<ExitCode> = rt.block_on(async {
+        let store = RedisStore::connect(&args.redis).await?;
+        let locks = ExpireLock::with_options(store, Options::default().keyspace(keyspace));
+        if force_unlock {
+            match locks.force_unlock(&name).await {
+                Ok(true) => println!("deleted the lock {name}"),
+                Ok(false) => println!("the lock {name} is not held"),
+                Err(e) if e.is_wrong_type() => {
+                    eprintln!("tairlock: refusing to delete {name}: {e}");
+                    return Ok(ExitCode::from(5));
+                }
+                Err(e) => return Err(e),
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        let report: InspectReport = admin::inspect(&locks, &name).await?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).expect("serialise")
+            );
+        } else {
+            print!("{}", report.text());
+        }
+        Ok(ExitCode::SUCCESS)
+    });
+    result.unwrap_or_else(|e| {
+        eprintln!("tairlock: {e}");
+        ExitCode::from(4)
+    })
+}

@@ -1,0 +1,94 @@
+//! The algorithms `tairlock race` pits against each other, one small file each.
+//!
+//! An algorithm is written against [`Client`], which gives it the store (every command it sends
+//! goes through the race's audited, latency-adding wrapper), its own clock, and
+//! [`Client::pause`], the points between two of its commands where the scenario may stall or
+//! crash it. The engine does the rest: the critical section, the fenced resource, waiting and
+//! the counts.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tairlock::Store;
+
+use super::client::{Client, Step};
+
+mod expire_lock;
+mod naive;
+
+pub use self::expire_lock::ExpireLockAlgorithm;
+pub use self::naive::NaiveSetnxExpire;
+
+/// A boxed future, for object-safe algorithm methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A lock held by one client, as the algorithm knows it.
+#[derive(Debug, Clone)]
+pub struct Holding {
+    /// The value this client wrote into the lock key (its lease, token or timestamp): a
+    /// deletion of any other value by this client is a foreign deletion.
+    pub value: Vec<u8>,
+    /// The fencing token, for algorithms that issue one.
+    pub fence: Option<u64>,
+    /// The local instant until which the client believes it holds the lock.
+    pub deadline: tokio::time::Instant,
+}
+
+/// The result of one acquisition attempt.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Acquired.
+    Acquired(Holding),
+    /// Somebody else holds it; `retry_after` is the holder's remaining time, when known.
+    Busy {
+        /// How long until the holder's lease ends, when the algorithm can tell.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// What the race expects of an algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    /// Scripted or transactional: zero foreign deletions, accepted stale writes and stuck locks
+    /// in every scenario, zero overlaps under short stalls. The race fails if it breaks these.
+    Safe,
+    /// A verbatim recipe kept for comparison: the race is expected to show its flaws.
+    Flawed,
+}
+
+/// One algorithm in the race. See the [module docs](self).
+pub trait Algorithm<S: Store>: Send + Sync + 'static {
+    /// The row name, e.g. `expire-lock`.
+    fn name(&self) -> &'static str;
+    /// Safe or flawed.
+    fn expectation(&self) -> Expectation;
+    /// Whether its holdings carry fencing tokens the resource can check.
+    fn fenced(&self) -> bool;
+    /// One attempt to take `lock` for `ttl`.
+    fn try_acquire<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Step<Attempt>>;
+    /// Release a holding.
+    fn release<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        holding: Holding,
+    ) -> BoxFuture<'a, Step<()>>;
+    /// Keys to inspect for stuck locks at the end of a trial (the lock key by default).
+    fn keys(&self, lock: &str) -> Vec<String> {
+        vec![lock.to_owned()]
+    }
+}
+
+/// Every algorithm, in table order.
+pub fn all<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
+    vec![
+        Box::new(NaiveSetnxExpire),
+        Box::new(ExpireLockAlgorithm::default()),
+    ]
+}

@@ -1,0 +1,382 @@
+//! `tairlock race`: contending clients run each algorithm under each scenario, and a table
+//! counts what went wrong.
+//!
+//! Each row is one algorithm under one scenario: `trials` independent trials, each with
+//! `clients` clients contending for one fresh lock key for `trial_length`. A client loops:
+//! acquire (waiting, when the lock is busy, for the holder's remaining time if known or a short
+//! jittered back-off), enter the critical section, write to a protected resource, work, leave,
+//! release. The scenario stalls or crashes clients at the algorithm's protocol points and inside
+//! the critical section.
+//!
+//! | column | counts |
+//! |---|---|
+//! | `acquisitions` | successful acquisitions |
+//! | `overlaps` | acquisitions that found another client inside the critical section |
+//! | `foreign_deletions` | `DEL`s (seen at the command) of a lock value another live holder wrote; scripted releases delete only their own lease, by their compare-and-delete contract |
+//! | `stale_writes_accepted` | writes the resource accepted although a later grant had already written: a fenced resource rejects lower tokens, an unfenced one accepts everything |
+//! | `stuck_locks` | trials that ended with a lock key that has no expiry: nobody can ever take it again |
+//! | `handoff_p50_us` | median time from a release to the next acquisition |
+//!
+//! On the embedded store the race runs on virtual time (tokio's paused clock; every command
+//! takes a simulated 0.1–0.4 ms round trip), so it is fast and repeatable for a given seed. With
+//! `--redis` it runs on real time against the server.
+
+pub mod algorithms;
+pub mod client;
+pub mod report;
+pub mod scenario;
+pub mod trial;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tairlock::clock::{SharedClock, SkewedClock};
+use tairlock::{Store, Ttl};
+
+use self::algorithms::{Algorithm, Attempt, Expectation};
+use self::client::{Client, Interrupt};
+use self::scenario::{Plan, Scenario};
+use self::trial::{Counts, Trial};
+
+/// Settings of one race.
+#[derive(Debug, Clone)]
+pub struct RaceConfig {
+    /// Contending clients per trial.
+    pub clients: usize,
+    /// Trials per row.
+    pub trials: usize,
+    /// Lease length.
+    pub lease: Duration,
+    /// How long each trial runs.
+    pub trial_length: Duration,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Scenarios to run.
+    pub scenarios: Vec<Scenario>,
+    /// Algorithms to run, by name (all if empty).
+    pub algorithms: Vec<String>,
+    /// Simulated round trip (embedded store).
+    pub latency: Option<(Duration, Duration)>,
+    /// A prefix for every key the race writes.
+    pub key_prefix: String,
+}
+
+impl Default for RaceConfig {
+    fn default() -> Self {
+        RaceConfig {
+            clients: 8,
+            trials: 12,
+            lease: Duration::from_millis(100),
+            trial_length: Duration::from_secs(3),
+            seed: 1,
+            scenarios: vec![
+                Scenario::ShortStalls,
+                Scenario::LongStalls,
+                Scenario::Crashes,
+                Scenario::ClockSkew,
+            ],
+            algorithms: Vec::new(),
+            latency: Some((Duration::from_micros(100), Duration::from_micros(400))),
+            key_prefix: "tairlock-race".to_owned(),
+        }
+    }
+}
+
+/// One row of the table (and one object of `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Algorithm name.
+    pub algorithm: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// `memory` or `redis`.
+    pub store: String,
+    /// `safe` (must hold the zeros) or `flawed` (a verbatim recipe kept for comparison).
+    pub expectation: String,
+    /// Clients per trial.
+    pub clients: usize,
+    /// Trials run.
+    pub trials: usize,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that found another client inside the critical section.
+    pub overlaps: u64,
+    /// Deletions of another live holder's lock.
+    pub foreign_deletions: u64,
+    /// Writes accepted although a later grant had already written.
+    pub stale_writes_accepted: u64,
+    /// Writes the fenced resource rejected.
+    pub writes_rejected: u64,
+    /// Trials that ended with a lock that never expires.
+    pub stuck_locks: u64,
+    /// Median release-to-next-acquisition time, µs (null when no handoff happened).
+    pub handoff_p50_us: Option<u64>,
+    /// 99th percentile of the same.
+    pub handoff_p99_us: Option<u64>,
+    /// Stalls injected.
+    pub stalls: u64,
+    /// Crashes injected.
+    pub crashes: u64,
+    /// What this row shows: `ok`, `flaws shown`, `no flaw shown` or `BROKEN`.
+    pub verdict: String,
+}
+
+impl Row {
+    /// Whether a safe algorithm broke one of its zeros here.
+    pub fn broken(&self) -> bool {
+        self.expectation == "safe" && self.violations() > 0
+    }
+
+    /// The counts that must be zero for a safe algorithm in this scenario.
+    pub fn violations(&self) -> u64 {
+        let overlaps = if self.scenario == Scenario::ShortStalls.name() {
+            self.overlaps
+        } else {
+            0
+        };
+        overlaps + self.foreign_deletions + self.stale_writes_accepted + self.stuck_locks
+    }
+
+    fn flaws(&self) -> u64 {
+        self.overlaps + self.foreign_deletions + self.stale_writes_accepted + self.stuck_locks
+    }
+}
+
+/// Run every selected algorithm under every selected scenario on `store`.
+///
+/// `clock` is the base of the clients' clocks (skewed per client in the clock-skew scenario).
+///
+/// # Errors
+///
+/// A store error (the embedded store has none; a Redis connection may fail).
+pub async fn run<S: Store>(
+    store: S,
+    clock: SharedClock,
+    store_name: &str,
+    config: &RaceConfig,
+    mut progress: impl FnMut(&Row),
+) -> tairlock::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for algorithm in algorithms::all::<S>() {
+        if !config.algorithms.is_empty() && !config.algorithms.iter().any(|a| a == algorithm.name())
+        {
+            continue;
+        }
+        let algorithm: Arc<dyn Algorithm<S>> = Arc::from(algorithm);
+        for &scenario in &config.scenarios {
+            let row = run_row(
+                &store,
+                &clock,
+                store_name,
+                config,
+                algorithm.clone(),
+                scenario,
+            )
+            .await?;
+            progress(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// The names of every algorithm.
+pub fn algorithm_names() -> Vec<&'static str> {
+    algorithms::all::<tairlock::MemoryStore>()
+        .iter()
+        .map(|a| a.name())
+        .collect()
+}
+
+async fn run_row<S: Store>(
+    store: &S,
+    clock: &SharedClock,
+    store_name: &str,
+    config: &RaceConfig,
+    algorithm: Arc<dyn Algorithm<S>>,
+    scenario: Scenario,
+) -> tairlock::Result<Row> {
+    let plan = Arc::new(Plan {
+        scenario,
+        lease: config.lease,
+        latency: config.latency,
+    });
+    let mut counts = Counts::default();
+    for trial_no in 0..config.trials {
+        let lock = format!(
+            "{}:{}:{}:{}:{}",
+            config.key_prefix,
+            algorithm.name(),
+            scenario.name(),
+            config.seed,
+            trial_no
+        );
+        let trial = Arc::new(Trial::default());
+        let end = tokio::time::Instant::now() + config.trial_length;
+        let mut tasks = Vec::new();
+        for id in 0..config.clients {
+            let seed = config.seed
+                ^ ((trial_no as u64) << 32)
+                ^ ((id as u64) << 16)
+                ^ fxhash(algorithm.name())
+                ^ fxhash(scenario.name());
+            let client_clock: SharedClock =
+                Arc::new(SkewedClock::ahead(clock.clone(), plan.skew(id)));
+            let client = Client::new(
+                id,
+                store.clone(),
+                client_clock,
+                plan.clone(),
+                trial.clone(),
+                seed,
+            );
+            let (algorithm, lock) = (algorithm.clone(), lock.clone());
+            tasks.push(tokio::spawn(async move {
+                client_loop(client, algorithm, lock, end).await
+            }));
+        }
+        for task in tasks {
+            task.await.expect("race client panicked")?;
+        }
+        // Stuck: a lock key that will never expire. Then clean up after ourselves.
+        for key in algorithm.keys(&lock) {
+            if store.pttl(&key).await? == Ttl::Persistent {
+                trial.stuck();
+            }
+            store.del(&key).await?;
+        }
+        for extra in [":fence", ":readers", ":writer", ":intent"] {
+            for key in algorithm.keys(&lock) {
+                store.del(&format!("{key}{extra}")).await?;
+            }
+        }
+        counts.add(
+            Arc::try_unwrap(trial)
+                .expect("clients are done")
+                .into_counts(),
+        );
+    }
+    Ok(make_row(
+        algorithm.as_ref(),
+        scenario,
+        store_name,
+        config,
+        counts,
+    ))
+}
+
+fn make_row<S: Store>(
+    algorithm: &dyn Algorithm<S>,
+    scenario: Scenario,
+    store_name: &str,
+    config: &RaceConfig,
+    mut counts: Counts,
+) -> Row {
+    counts.handoffs.sort();
+    let pct = |p: f64| -> Option<u64> {
+        if counts.handoffs.is_empty() {
+            return None;
+        }
+        let i = ((counts.handoffs.len() - 1) as f64 * p).round() as usize;
+        Some(counts.handoffs[i].as_micros() as u64)
+    };
+    let mut row = Row {
+        algorithm: algorithm.name().to_owned(),
+        scenario: scenario.name().to_owned(),
+        store: store_name.to_owned(),
+        expectation: match algorithm.expectation() {
+            Expectation::Safe => "safe",
+            Expectation::Flawed => "flawed",
+        }
+        .to_owned(),
+        clients: config.clients,
+        trials: config.trials,
+        acquisitions: counts.acquisitions,
+        overlaps: counts.overlaps,
+        foreign_deletions: counts.foreign_deletions,
+        stale_writes_accepted: counts.stale_writes_accepted,
+        writes_rejected: counts.writes_rejected,
+        stuck_locks: counts.stuck_locks,
+        handoff_p50_us: pct(0.5),
+        handoff_p99_us: pct(0.99),
+        stalls: counts.stalls,
+        crashes: counts.crashes,
+        verdict: String::new(),
+    };
+    row.verdict = match (algorithm.expectation(), row.broken(), row.flaws()) {
+        (Expectation::Safe, true, _) => "BROKEN",
+        (Expectation::Safe, false, _) => "ok",
+        (Expectation::Flawed, _, 0) => "no flaw shown",
+        (Expectation::Flawed, _, _) => "flaws shown",
+    }
+    .to_owned();
+    row
+}
+
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+async fn client_loop<S: Store>(
+    client: Client<S>,
+    algorithm: Arc<dyn Algorithm<S>>,
+    lock: String,
+    end: tokio::time::Instant,
+) -> tairlock::Result<()> {
+    let lease = client.plan().lease;
+    // Start at different moments, as real clients do.
+    tokio::time::sleep(client.jitter(Duration::ZERO, lease / 10)).await;
+    while tokio::time::Instant::now() < end {
+        match one_round(&client, algorithm.as_ref(), &lock, lease).await {
+            Ok(()) => {}
+            Err(Interrupt::Crashed) => {
+                // The process died; a new one starts after a while, knowing nothing.
+                tokio::time::sleep(lease / 2).await;
+            }
+            Err(Interrupt::Store(e)) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn one_round<S: Store>(
+    client: &Client<S>,
+    algorithm: &dyn Algorithm<S>,
+    lock: &str,
+    lease: Duration,
+) -> Result<(), Interrupt> {
+    let holding = match algorithm.try_acquire(client, lock, lease).await? {
+        Attempt::Acquired(holding) => holding,
+        Attempt::Busy { retry_after } => {
+            // Poll: the holder's remaining time when known, capped by a short jittered back-off.
+            let backoff = client.jitter(lease / 50, lease / 15);
+            tokio::time::sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
+                .await;
+            return Ok(());
+        }
+    };
+    let trial = client.trial();
+    let grant = trial.enter(client.id(), &holding.value);
+    let work = client.with_rng(|rng| client.plan().work(rng));
+    let left = holding
+        .deadline
+        .saturating_duration_since(tokio::time::Instant::now());
+    let action = client.with_rng(|rng| client.plan().in_critical_section(rng, left, work));
+    if let Err(e) = client.act(action).await {
+        trial.leave();
+        trial.released(client.id(), false);
+        return Err(e);
+    }
+    trial.write(grant, holding.fence);
+    tokio::time::sleep(work).await;
+    trial.leave();
+    let result = algorithm.release(client, lock, holding).await;
+    trial.released(client.id(), result.is_ok());
+    result?;
+    // Think time before the next attempt.
+    tokio::time::sleep(client.jitter(Duration::ZERO, lease / 20)).await;
+    Ok(())
+}

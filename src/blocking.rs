@@ -14,7 +14,11 @@ use std::thread::Thread;
 ///
 /// [`RedisStore::blocking_connect`]: crate::RedisStore::blocking_connect
 #[track_caller]
-pub(crate) fn block_on<F: Future>(runtime: Option<tokio::runtime::Handle>, what: &str, fut: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(
+    runtime: Option<tokio::runtime::Handle>,
+    what: &str,
+    fut: F,
+) -> F::Output {
     if tokio::runtime::Handle::try_current().is_ok() {
         panic!(
             "tairlock: `{what}` was called from inside an async runtime, where blocking would stall \

@@ -162,8 +162,14 @@ mod tests {
 
     #[test]
     fn reply_codes_map_to_kinds() {
-        assert_eq!(Error::from_reply("WRONGTYPE", "x").kind(), ErrorKind::WrongType);
-        assert_eq!(Error::from_reply("NOTLOCK", "x").kind(), ErrorKind::WrongType);
+        assert_eq!(
+            Error::from_reply("WRONGTYPE", "x").kind(),
+            ErrorKind::WrongType
+        );
+        assert_eq!(
+            Error::from_reply("NOTLOCK", "x").kind(),
+            ErrorKind::WrongType
+        );
         assert_eq!(Error::from_reply("ERR", "x").kind(), ErrorKind::Server);
     }
 }

@@ -222,7 +222,9 @@ impl<S: Store> ExpireLock<S> {
         let ttl_ms = ttl_ms(ttl)?;
         let args = [ttl_ms.to_string(), nonce(), self.retention_ms()];
         let sent = tokio::time::Instant::now();
-        let reply = self.eval_retrying(&EXPIRE_LOCK, &keys.both(), &args).await?;
+        let reply = self
+            .eval_retrying(&EXPIRE_LOCK, &keys.both(), &args)
+            .await?;
         let items = array(&reply, &EXPIRE_LOCK)?;
         match items.first().and_then(Reply::as_int) {
             Some(1) => Ok(Acquire::Acquired(
@@ -278,12 +280,19 @@ impl<S: Store> ExpireLock<S> {
     pub async fn renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<Renew> {
         let keys = self.keys(name)?;
         let ttl_ms = ttl_ms(ttl)?;
-        let args = [lease.value().to_owned(), ttl_ms.to_string(), nonce(), self.retention_ms()];
+        let args = [
+            lease.value().to_owned(),
+            ttl_ms.to_string(),
+            nonce(),
+            self.retention_ms(),
+        ];
         let sent = tokio::time::Instant::now();
         let reply = self.eval_retrying(&RENEW, &keys.both(), &args).await?;
         let items = array(&reply, &RENEW)?;
         match items.first().and_then(Reply::as_int) {
-            Some(1) => Ok(Renew::Renewed(lease_at(items, 1, &RENEW)?.with_deadline(deadline(sent, ttl)))),
+            Some(1) => Ok(Renew::Renewed(
+                lease_at(items, 1, &RENEW)?.with_deadline(deadline(sent, ttl)),
+            )),
             Some(0) => Ok(Renew::HeldByOther),
             Some(-1) => Ok(Renew::NotHeld),
             _ => Err(unexpected(&RENEW, &reply)),
@@ -339,7 +348,11 @@ impl<S: Store> ExpireLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_expire_lock(&self, name: &str, ttl: Duration) -> Result<Acquire> {
-        blocking::block_on(self.store.runtime(), "blocking_expire_lock", self.expire_lock(name, ttl))
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_expire_lock",
+            self.expire_lock(name, ttl),
+        )
     }
 
     /// Blocking twin of [`expire_unlock`](Self::expire_unlock).
@@ -349,7 +362,11 @@ impl<S: Store> ExpireLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
-        blocking::block_on(self.store.runtime(), "blocking_expire_unlock", self.expire_unlock(name, lease))
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_expire_unlock",
+            self.expire_unlock(name, lease),
+        )
     }
 
     /// Blocking twin of [`renew`](Self::renew).
@@ -359,7 +376,11 @@ impl<S: Store> ExpireLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<Renew> {
-        blocking::block_on(self.store.runtime(), "blocking_renew", self.renew(name, lease, ttl))
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_renew",
+            self.renew(name, lease, ttl),
+        )
     }
 
     /// Blocking twin of [`inspect`](Self::inspect).
@@ -373,12 +394,22 @@ impl<S: Store> ExpireLock<S> {
     }
 
     fn retention_ms(&self) -> String {
-        (self.options.fence_retention.as_millis().min(MAX_TTL.as_millis()) as u64).to_string()
+        (self
+            .options
+            .fence_retention
+            .as_millis()
+            .min(MAX_TTL.as_millis()) as u64)
+            .to_string()
     }
 
     /// Every script here is safe to repeat (nonces make acquire and renew idempotent; unlock is
     /// compare-and-delete), so one retry after a dropped connection is harmless.
-    async fn eval_retrying(&self, script: &'static Script, keys: &[String], args: &[String]) -> Result<Reply> {
+    async fn eval_retrying(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
         match self.store.eval(script, keys, args).await {
             Err(e) if e.is_connection() => self.store.eval(script, keys, args).await,
             other => other,
@@ -391,7 +422,9 @@ fn ttl_ms(ttl: Duration) -> Result<u64> {
         return Err(Error::invalid(format!("ttl {ttl:?} is shorter than 1 ms")));
     }
     if ttl > MAX_TTL {
-        return Err(Error::invalid(format!("ttl {ttl:?} is longer than the maximum of {MAX_TTL:?}")));
+        return Err(Error::invalid(format!(
+            "ttl {ttl:?} is longer than the maximum of {MAX_TTL:?}"
+        )));
     }
     // Round up: a lease never ends before the caller asked.
     Ok(ttl.as_micros().div_ceil(1000) as u64)
@@ -411,7 +444,12 @@ fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
         .get(i)
         .and_then(Reply::as_str)
         .and_then(Lease::parse)
-        .ok_or_else(|| Error::new(crate::ErrorKind::Server, format!("{} returned a malformed lease", script.name())))
+        .ok_or_else(|| {
+            Error::new(
+                crate::ErrorKind::Server,
+                format!("{} returned a malformed lease", script.name()),
+            )
+        })
 }
 
 fn unexpected(script: &Script, reply: &Reply) -> Error {
@@ -428,8 +466,16 @@ mod tests {
     #[test]
     fn ttl_is_validated_and_rounded_up() {
         assert!(ttl_ms(Duration::ZERO).unwrap_err().is_invalid_input());
-        assert!(ttl_ms(Duration::from_micros(999)).unwrap_err().is_invalid_input());
-        assert!(ttl_ms(MAX_TTL + Duration::from_millis(1)).unwrap_err().is_invalid_input());
+        assert!(
+            ttl_ms(Duration::from_micros(999))
+                .unwrap_err()
+                .is_invalid_input()
+        );
+        assert!(
+            ttl_ms(MAX_TTL + Duration::from_millis(1))
+                .unwrap_err()
+                .is_invalid_input()
+        );
         assert!(ttl_ms(Duration::MAX).unwrap_err().is_invalid_input());
         assert_eq!(ttl_ms(Duration::from_micros(1500)).unwrap(), 2);
         assert_eq!(ttl_ms(Duration::from_secs(30)).unwrap(), 30_000);

@@ -142,8 +142,18 @@ mod tests {
 
     #[test]
     fn bad_names_and_prefixes_are_rejected() {
-        assert!(Keyspace::default().lock_keys("").unwrap_err().is_invalid_input());
-        assert!(Keyspace::default().lock_keys("a{b").unwrap_err().is_invalid_input());
+        assert!(
+            Keyspace::default()
+                .lock_keys("")
+                .unwrap_err()
+                .is_invalid_input()
+        );
+        assert!(
+            Keyspace::default()
+                .lock_keys("a{b")
+                .unwrap_err()
+                .is_invalid_input()
+        );
         assert!(Keyspace::new("x{").unwrap_err().is_invalid_input());
         assert_eq!(Keyspace::new("").unwrap().key("n", "").unwrap(), "{n}");
     }

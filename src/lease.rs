@@ -115,7 +115,15 @@ mod tests {
 
     #[test]
     fn foreign_values_are_not_leases() {
-        for v in ["", "hello", "tl1:", "tl1:1:2:", "tl1:x:2:ab", "tl1:1:2:zz", "1700000000"] {
+        for v in [
+            "",
+            "hello",
+            "tl1:",
+            "tl1:1:2:",
+            "tl1:x:2:ab",
+            "tl1:1:2:zz",
+            "1700000000",
+        ] {
             assert!(Lease::parse(v).is_none(), "{v}");
         }
     }

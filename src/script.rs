@@ -68,7 +68,9 @@ impl From<redis::Value> for Reply {
             V::BulkString(b) => Reply::Data(b),
             V::SimpleString(s) => Reply::Status(s),
             V::Okay => Reply::Status("OK".to_owned()),
-            V::Array(items) | V::Set(items) => Reply::Array(items.into_iter().map(Reply::from).collect()),
+            V::Array(items) | V::Set(items) => {
+                Reply::Array(items.into_iter().map(Reply::from).collect())
+            }
             V::Boolean(b) => Reply::Int(i64::from(b)),
             V::Double(d) => Reply::Int(d as i64),
             other => Reply::Data(format!("{other:?}").into_bytes()),
@@ -128,7 +130,9 @@ impl Script {
 
 impl fmt::Debug for Script {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Script").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Script")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -136,5 +140,10 @@ impl fmt::Debug for Script {
 pub fn int_arg(args: &[String], i: usize) -> crate::store::memory::CommandResult<i64> {
     args.get(i)
         .and_then(|a| a.parse::<i64>().ok())
-        .ok_or_else(|| crate::store::memory::CommandError::new("ERR", format!("ARGV[{}] is not an integer", i + 1)))
+        .ok_or_else(|| {
+            crate::store::memory::CommandError::new(
+                "ERR",
+                format!("ARGV[{}] is not an integer", i + 1),
+            )
+        })
 }

@@ -5,7 +5,8 @@ use crate::script::{Reply, Script, int_arg};
 use crate::store::memory::{CommandResult, Db};
 
 /// Take the lock if it is not held. Lua: `expire_lock.lua`.
-pub static EXPIRE_LOCK: Script = Script::new("expire_lock", include_str!("expire_lock.lua"), native);
+pub static EXPIRE_LOCK: Script =
+    Script::new("expire_lock", include_str!("expire_lock.lua"), native);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let (lock, fence_key) = (&keys[0], &keys[1]);
@@ -23,12 +24,20 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
         }
         let pttl = db.pttl(lock);
-        return Ok(Reply::Array(vec![Reply::Int(0), Reply::Data(cur), Reply::Int(pttl)]));
+        return Ok(Reply::Array(vec![
+            Reply::Int(0),
+            Reply::Data(cur),
+            Reply::Int(pttl),
+        ]));
     }
     let now = now_us(db);
     let fence = (last + 1).max(now);
     let lease = format_lease(now / 1000 + ttl, fence, nonce);
     db.set(lock, lease.clone(), Some(Duration::from_millis(ttl)));
-    db.set(fence_key, fence.to_string(), Some(Duration::from_millis(ttl + retention)));
+    db.set(
+        fence_key,
+        fence.to_string(),
+        Some(Duration::from_millis(ttl + retention)),
+    );
     Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
 }

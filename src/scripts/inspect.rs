@@ -17,5 +17,10 @@ fn native(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply
     } else {
         Reply::Nil
     };
-    Ok(Reply::Array(vec![Reply::data(lock_type), cur, Reply::Int(db.pttl(lock)), fence]))
+    Ok(Reply::Array(vec![
+        Reply::data(lock_type),
+        cur,
+        Reply::Int(db.pttl(lock)),
+        fence,
+    ]))
 }

@@ -27,7 +27,13 @@ use crate::script::Script;
 use crate::store::memory::{CommandError, CommandResult, Db};
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
-pub static ALL: [&Script; 5] = [&EXPIRE_LOCK, &EXPIRE_UNLOCK, &RENEW, &FORCE_UNLOCK, &INSPECT];
+pub static ALL: [&Script; 5] = [
+    &EXPIRE_LOCK,
+    &EXPIRE_UNLOCK,
+    &RENEW,
+    &FORCE_UNLOCK,
+    &INSPECT,
+];
 
 /// The value prefix that marks a tairlock lease.
 pub const LEASE_PREFIX: &str = "tl1:";
@@ -36,16 +42,25 @@ pub const LEASE_PREFIX: &str = "tl1:";
 pub(crate) fn string_or_none(db: &mut Db, key: &str, what: &str) -> CommandResult<&'static str> {
     match db.key_type(key) {
         t @ ("none" | "string") => Ok(t),
-        other => Err(CommandError::new("WRONGTYPE", format!("{what} key holds a {other}"))),
+        other => Err(CommandError::new(
+            "WRONGTYPE",
+            format!("{what} key holds a {other}"),
+        )),
     }
 }
 
 pub(crate) fn not_a_lease() -> CommandError {
-    CommandError::new("NOTLOCK", "lock key holds a value that is not a tairlock lease")
+    CommandError::new(
+        "NOTLOCK",
+        "lock key holds a value that is not a tairlock lease",
+    )
 }
 
 pub(crate) fn not_a_fence() -> CommandError {
-    CommandError::new("NOTLOCK", "fence key holds a value that is not a fencing token")
+    CommandError::new(
+        "NOTLOCK",
+        "fence key holds a value that is not a fencing token",
+    )
 }
 
 /// `string.match(v, '^%d+$')`.
@@ -63,7 +78,12 @@ pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
         return Err(not_a_fence());
     }
     // Lua numbers are doubles; digits beyond u64 would lose precision there too.
-    Ok(Some(std::str::from_utf8(&raw).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX)))
+    Ok(Some(
+        std::str::from_utf8(&raw)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u64::MAX),
+    ))
 }
 
 /// Microseconds since the epoch, by the store's (frozen) clock.

@@ -1,6 +1,8 @@
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, all_digits, format_lease, not_a_fence, not_a_lease, now_us, string_or_none};
+use super::{
+    LEASE_PREFIX, all_digits, format_lease, not_a_fence, not_a_lease, now_us, string_or_none,
+};
 use crate::script::{Reply, Script, int_arg};
 use crate::store::memory::{CommandResult, Db};
 
@@ -45,6 +47,10 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         Some(last) if last.parse::<f64>().unwrap_or(0.0) >= fence as f64 => last,
         _ => fence.to_string(),
     };
-    db.set(fence_key, keep, Some(Duration::from_millis(ttl + retention)));
+    db.set(
+        fence_key,
+        keep,
+        Some(Duration::from_millis(ttl + retention)),
+    );
     Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
 }

@@ -56,11 +56,20 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// `SETNX key value`: true if set.
     fn set_nx(&self, key: &str, value: &[u8]) -> impl Future<Output = Result<bool>> + Send;
     /// `SET key value NX PX ttl`: true if set.
-    fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> impl Future<Output = Result<bool>> + Send;
+    fn set_nx_px(
+        &self,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send;
     /// `SET key value` (replaces any value and TTL).
     fn set(&self, key: &str, value: &[u8]) -> impl Future<Output = Result<()>> + Send;
     /// `GETSET key value`: the old value.
-    fn getset(&self, key: &str, value: &[u8]) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
+    fn getset(
+        &self,
+        key: &str,
+        value: &[u8],
+    ) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
     /// `GETDEL key`: the deleted value.
     fn getdel(&self, key: &str) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
     /// `DEL key`: true if it existed.

@@ -55,7 +55,9 @@ pub struct RedisStore {
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore").field("url", &self.url).finish_non_exhaustive()
+        f.debug_struct("RedisStore")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -110,7 +112,12 @@ impl RedisStore {
             .thread_name("tairlock-io")
             .enable_all()
             .build()
-            .map_err(|e| Error::new(crate::ErrorKind::Connection, format!("cannot start the I/O runtime: {e}")))?;
+            .map_err(|e| {
+                Error::new(
+                    crate::ErrorKind::Connection,
+                    format!("cannot start the I/O runtime: {e}"),
+                )
+            })?;
         let runtime = std::sync::Arc::new(runtime);
         let mut store = crate::blocking::block_on(
             Some(runtime.handle().clone()),
@@ -163,7 +170,9 @@ impl RedisStore {
 
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
         _ => url.to_owned(),
     }
 }
@@ -183,7 +192,15 @@ impl Store for RedisStore {
 
     async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
         let reply: Option<String> = self
-            .query(cmd("SET").arg(key).arg(value).arg("NX").arg("PX").arg(ttl.as_millis() as u64).clone())
+            .query(
+                cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .clone(),
+            )
             .await?;
         Ok(reply.is_some())
     }
@@ -214,15 +231,19 @@ impl Store for RedisStore {
     }
 
     async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
-        self.query(cmd("EXPIRE").arg(key).arg(seconds).clone()).await
+        self.query(cmd("EXPIRE").arg(key).arg(seconds).clone())
+            .await
     }
 
     async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
-        self.query(cmd("PEXPIRE").arg(key).arg(ttl.as_millis() as u64).clone()).await
+        self.query(cmd("PEXPIRE").arg(key).arg(ttl.as_millis() as u64).clone())
+            .await
     }
 
     async fn pttl(&self, key: &str) -> Result<Ttl> {
-        Ok(Ttl::from_pttl(self.query(cmd("PTTL").arg(key).clone()).await?))
+        Ok(Ttl::from_pttl(
+            self.query(cmd("PTTL").arg(key).clone()).await?,
+        ))
     }
 
     async fn key_type(&self, key: &str) -> Result<String> {
@@ -234,7 +255,12 @@ impl Store for RedisStore {
         Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 
-    async fn eval(&self, script: &'static Script, keys: &[String], args: &[String]) -> Result<Reply> {
+    async fn eval(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
         let mut invocation = script.redis().prepare_invoke();
         for key in keys {
             invocation.key(key);
@@ -258,7 +284,10 @@ mod tests {
 
     #[test]
     fn redact_hides_credentials() {
-        assert_eq!(redact("redis://user:secret@127.0.0.1:6379/0"), "redis://***@127.0.0.1:6379/0");
+        assert_eq!(
+            redact("redis://user:secret@127.0.0.1:6379/0"),
+            "redis://***@127.0.0.1:6379/0"
+        );
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
 }

@@ -107,7 +107,9 @@ impl PartialOrd for ScoreKey {
 
 impl Ord for ScoreKey {
     fn cmp(&self, other: &Self) -> CmpOrdering {
-        self.0.total_cmp(&other.0).then_with(|| self.1.cmp(&other.1))
+        self.0
+            .total_cmp(&other.0)
+            .then_with(|| self.1.cmp(&other.1))
     }
 }
 
@@ -260,7 +262,11 @@ impl Db {
     }
 
     /// `GETSET`: set the value (dropping any TTL) and return the old one.
-    pub fn getset(&mut self, key: &str, value: impl Into<Vec<u8>>) -> CommandResult<Option<Vec<u8>>> {
+    pub fn getset(
+        &mut self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+    ) -> CommandResult<Option<Vec<u8>>> {
         let old = self.get(key)?;
         self.set(key, value, None);
         Ok(old)
@@ -286,9 +292,9 @@ impl Db {
             None => 0,
             Some(bytes) => parse_i64(bytes).ok_or_else(CommandError::not_integer)?,
         };
-        let next = current.checked_add(delta).ok_or_else(|| {
-            CommandError::new("ERR", "increment or decrement would overflow")
-        })?;
+        let next = current
+            .checked_add(delta)
+            .ok_or_else(|| CommandError::new("ERR", "increment or decrement would overflow"))?;
         match self.string(key)? {
             Some(bytes) => *bytes = next.to_string().into_bytes(),
             None => self.set(key, next.to_string(), None),
@@ -336,7 +342,11 @@ impl Db {
         }
     }
 
-    fn hash(&mut self, key: &str, create: bool) -> CommandResult<Option<&mut BTreeMap<Vec<u8>, Vec<u8>>>> {
+    fn hash(
+        &mut self,
+        key: &str,
+        create: bool,
+    ) -> CommandResult<Option<&mut BTreeMap<Vec<u8>, Vec<u8>>>> {
         if create && !self.exists(key) {
             self.insert(key, Value::Hash(BTreeMap::new()), None);
         }
@@ -357,7 +367,12 @@ impl Db {
     }
 
     /// `HSET` of one field: true if the field is new.
-    pub fn hset(&mut self, key: &str, field: &[u8], value: impl Into<Vec<u8>>) -> CommandResult<bool> {
+    pub fn hset(
+        &mut self,
+        key: &str,
+        field: &[u8],
+        value: impl Into<Vec<u8>>,
+    ) -> CommandResult<bool> {
         if let Some(Entry { value: v, .. }) = self.live(key) {
             if !matches!(v, Value::Hash(_)) {
                 return Err(CommandError::wrong_type());
@@ -454,7 +469,9 @@ impl Db {
 
     /// `ZSCORE`.
     pub fn zscore(&mut self, key: &str, member: &[u8]) -> CommandResult<Option<f64>> {
-        Ok(self.zset(key, false)?.and_then(|z| z.scores.get(member).copied()))
+        Ok(self
+            .zset(key, false)?
+            .and_then(|z| z.scores.get(member).copied()))
     }
 
     /// `ZREM` of one member: true if it existed. An emptied set disappears.
@@ -479,7 +496,12 @@ impl Db {
     }
 
     /// `ZRANGEBYSCORE key min max WITHSCORES` (inclusive bounds).
-    pub fn zrange_by_score(&mut self, key: &str, min: f64, max: f64) -> CommandResult<Vec<(Vec<u8>, f64)>> {
+    pub fn zrange_by_score(
+        &mut self,
+        key: &str,
+        min: f64,
+        max: f64,
+    ) -> CommandResult<Vec<(Vec<u8>, f64)>> {
         Ok(self
             .zset(key, false)?
             .map(|z| {
@@ -505,7 +527,10 @@ impl Db {
 fn parse_i64(bytes: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(bytes).ok()?;
     // Redis accepts only canonical decimal integers: no sign on zero, no leading '+' or zeros.
-    if s.is_empty() || s.starts_with('+') || (s.len() > 1 && (s.starts_with('0') || s.starts_with("-0"))) {
+    if s.is_empty()
+        || s.starts_with('+')
+        || (s.len() > 1 && (s.starts_with('0') || s.starts_with("-0")))
+    {
         return None;
     }
     s.parse().ok()
@@ -586,8 +611,13 @@ mod tests {
         db.zadd("z", 1.0, b"a").unwrap();
         db.zadd("z", 2.0, b"b").unwrap();
         assert!(!db.zadd("z", 5.0, b"a").unwrap());
-        let all = db.zrange_by_score("z", f64::NEG_INFINITY, f64::INFINITY).unwrap();
-        assert_eq!(all.iter().map(|m| m.0.clone()).collect::<Vec<_>>(), vec![b"b".to_vec(), b"c".to_vec(), b"a".to_vec()]);
+        let all = db
+            .zrange_by_score("z", f64::NEG_INFINITY, f64::INFINITY)
+            .unwrap();
+        assert_eq!(
+            all.iter().map(|m| m.0.clone()).collect::<Vec<_>>(),
+            vec![b"b".to_vec(), b"c".to_vec(), b"a".to_vec()]
+        );
         assert_eq!(db.zremrangebyscore("z", 0.0, 3.0).unwrap(), 2);
         assert_eq!(db.zcard("z").unwrap(), 1);
         assert!(db.zrem("z", b"a").unwrap());

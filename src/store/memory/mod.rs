@@ -131,7 +131,12 @@ impl Store for MemoryStore {
         Ok(self.shared.clock.now())
     }
 
-    async fn eval(&self, script: &'static Script, keys: &[String], args: &[String]) -> Result<Reply> {
+    async fn eval(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
         let native = script.native();
         self.run(|db| native(db, keys, args))
     }

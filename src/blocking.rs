@@ -1,56 +1,45 @@
-//! The one place blocking twins wait for a future.
+//! The one place blocking twins wait for a future, and background work finds a runtime.
 
 use std::future::Future;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::Thread;
+use std::sync::LazyLock;
+
+use tokio::runtime::{Builder, Handle, Runtime};
+
+/// A small runtime for stores that bring none (the embedded store) when there is no ambient
+/// one: blocking callers run on it, and guards spawn their watchdogs and background releases
+/// on it.
+static FALLBACK: LazyLock<Runtime> = LazyLock::new(|| {
+    Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tairlock-background")
+        .enable_all()
+        .build()
+        .expect("tairlock: cannot start its background runtime")
+});
+
+/// Where to spawn background work: the store's runtime, else the ambient one, else ours.
+pub(crate) fn spawn_handle(store_runtime: Option<Handle>) -> Handle {
+    store_runtime
+        .or_else(|| Handle::try_current().ok())
+        .unwrap_or_else(|| FALLBACK.handle().clone())
+}
 
 /// Run `fut` to completion on this thread.
 ///
-/// With a runtime handle (a Redis store's), the runtime drives the I/O: it must be a
+/// With a runtime handle (a Redis store's), that runtime drives the I/O: it must be a
 /// multi-thread runtime, or one owned by the store ([`RedisStore::blocking_connect`]). Without
-/// one (the embedded store needs no I/O), the future is polled here.
+/// one (the embedded store), a small background runtime of tairlock's does.
 ///
 /// [`RedisStore::blocking_connect`]: crate::RedisStore::blocking_connect
 #[track_caller]
-pub(crate) fn block_on<F: Future>(
-    runtime: Option<tokio::runtime::Handle>,
-    what: &str,
-    fut: F,
-) -> F::Output {
-    if tokio::runtime::Handle::try_current().is_ok() {
+pub(crate) fn block_on<F: Future>(runtime: Option<Handle>, what: &str, fut: F) -> F::Output {
+    if Handle::try_current().is_ok() {
         panic!(
             "tairlock: `{what}` was called from inside an async runtime, where blocking would stall \
              it; call the async method and `.await` it instead"
         );
     }
-    match runtime {
-        Some(handle) => handle.block_on(fut),
-        None => park_on(fut),
-    }
-}
-
-struct ThreadWaker(Thread);
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-fn park_on<F: Future>(fut: F) -> F::Output {
-    let mut fut = pin!(fut);
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    loop {
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(out) => return out,
-            Poll::Pending => std::thread::park(),
-        }
-    }
+    runtime
+        .unwrap_or_else(|| FALLBACK.handle().clone())
+        .block_on(fut)
 }

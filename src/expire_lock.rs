@@ -53,6 +53,11 @@ pub struct Options {
     pub keyspace: Keyspace,
     /// How long the last fencing token is kept after a lease ends (default 60 s).
     pub fence_retention: Duration,
+    /// The lease of guards without an explicit lease time, renewed by the watchdog at a third
+    /// of its length (default 30 s).
+    pub watchdog_lease: Duration,
+    /// How `lock` and `try_lock_for` wait for a busy lock (default: by notification).
+    pub wait: crate::wait::WaitStrategy,
 }
 
 impl Default for Options {
@@ -60,6 +65,8 @@ impl Default for Options {
         Options {
             keyspace: Keyspace::default(),
             fence_retention: Duration::from_secs(60),
+            watchdog_lease: Duration::from_secs(30),
+            wait: crate::wait::WaitStrategy::default(),
         }
     }
 }
@@ -74,6 +81,18 @@ impl Options {
     /// Keep the last fencing token this long after a lease ends.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.fence_retention = retention;
+        self
+    }
+
+    /// The watchdog's lease length.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How to wait for a busy lock.
+    pub fn wait(mut self, wait: crate::wait::WaitStrategy) -> Self {
+        self.wait = wait;
         self
     }
 }
@@ -155,6 +174,7 @@ pub struct Inspection {
 pub struct ExpireLock<S> {
     store: S,
     options: Options,
+    pub(crate) local: std::sync::Arc<crate::wait::Local>,
 }
 
 impl<S: Store> ExpireLock<S> {
@@ -165,12 +185,21 @@ impl<S: Store> ExpireLock<S> {
 
     /// Locks on `store` with `options`.
     pub fn with_options(store: S, options: Options) -> Self {
-        ExpireLock { store, options }
+        ExpireLock {
+            store,
+            options,
+            local: Default::default(),
+        }
     }
 
     /// The store.
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// The options.
+    pub fn options(&self) -> &Options {
+        &self.options
     }
 
     /// The keys of the lock `name`.
@@ -218,9 +247,20 @@ impl<S: Store> ExpireLock<S> {
     /// # }
     /// ```
     pub async fn expire_lock(&self, name: &str, ttl: Duration) -> Result<Acquire> {
+        self.expire_lock_with_nonce(name, ttl, nonce()).await
+    }
+
+    /// [`expire_lock`](Self::expire_lock) with a caller-chosen nonce: repeating a call with the
+    /// same nonce returns the same lease if the first one took the lock.
+    pub(crate) async fn expire_lock_with_nonce(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: String,
+    ) -> Result<Acquire> {
         let keys = self.keys(name)?;
         let ttl_ms = ttl_ms(ttl)?;
-        let args = [ttl_ms.to_string(), nonce(), self.retention_ms()];
+        let args = [ttl_ms.to_string(), nonce, self.retention_ms()];
         let sent = tokio::time::Instant::now();
         let reply = self
             .eval_retrying(&EXPIRE_LOCK, &keys.both(), &args)
@@ -256,7 +296,11 @@ impl<S: Store> ExpireLock<S> {
     pub async fn expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
         let keys = self.keys(name)?;
         let reply = self
-            .eval_retrying(&EXPIRE_UNLOCK, &[keys.lock], &[lease.value().to_owned()])
+            .eval_retrying(
+                &EXPIRE_UNLOCK,
+                &[keys.lock],
+                &[lease.value().to_owned(), keys.channel],
+            )
             .await?;
         match reply.as_int() {
             Some(1) => Ok(Unlock::Released),
@@ -333,7 +377,9 @@ impl<S: Store> ExpireLock<S> {
     /// of our leases: a user's data is never deleted.
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         let keys = self.keys(name)?;
-        let reply = self.eval_retrying(&FORCE_UNLOCK, &[keys.lock], &[]).await?;
+        let reply = self
+            .eval_retrying(&FORCE_UNLOCK, &[keys.lock], &[keys.channel])
+            .await?;
         match reply.as_int() {
             Some(1) => Ok(true),
             Some(-1) => Ok(false),
@@ -417,7 +463,7 @@ impl<S: Store> ExpireLock<S> {
     }
 }
 
-fn ttl_ms(ttl: Duration) -> Result<u64> {
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64> {
     if ttl < Duration::from_millis(1) {
         return Err(Error::invalid(format!("ttl {ttl:?} is shorter than 1 ms")));
     }

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | lock | `tairlock:{name}` |
 //! | fence | `tairlock:{name}:fence` |
+//! | release channel (pub/sub, not a key) | `tairlock:{name}:released` |
 
 use crate::error::{Error, Result};
 
@@ -85,6 +86,7 @@ impl Keyspace {
         Ok(LockKeys {
             lock: self.key(name, "")?,
             fence: self.key(name, ":fence")?,
+            channel: self.key(name, ":released")?,
         })
     }
 }
@@ -97,6 +99,8 @@ pub struct LockKeys {
     pub lock: String,
     /// Holds the last fencing token issued, for a while after the lease.
     pub fence: String,
+    /// The pub/sub channel releases are announced on (in the lock's hash slot).
+    pub channel: String,
 }
 
 impl LockKeys {

@@ -1,6 +1,7 @@
 -- expire_unlock: delete the lock only if it holds exactly this lease.
 --   KEYS[1]  lock key
 --   ARGV[1]  the lease value expire_lock returned
+--   ARGV[2]  optional: the lock's release channel, published to on release
 -- Returns 1 released, 0 held by another lease, -1 not held (absent or expired).
 -- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -16,6 +17,9 @@ if string.sub(cur, 1, 4) ~= 'tl1:' then
 end
 if cur == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if ARGV[2] then
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
   return 1
 end
 return 0

@@ -17,6 +17,9 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     }
     if cur == args[0].as_bytes() {
         db.del(lock);
+        if let Some(channel) = args.get(1) {
+            db.publish(channel);
+        }
         return Ok(Reply::Int(1));
     }
     Ok(Reply::Int(0))

@@ -1,5 +1,6 @@
 -- force_unlock: delete the lock whoever holds it, but only if it is one of our locks.
 --   KEYS[1]  lock key
+--   ARGV[1]  optional: the lock's release channel, published to on release
 -- Returns 1 deleted, -1 not held.
 -- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -14,4 +15,7 @@ if string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
 end
 redis.call('DEL', KEYS[1])
+if ARGV[1] then
+  redis.call('PUBLISH', ARGV[1], 'released')
+end
 return 1

@@ -6,7 +6,7 @@ use crate::store::memory::{CommandResult, Db};
 pub static FORCE_UNLOCK: Script =
     Script::new("force_unlock", include_str!("force_unlock.lua"), native);
 
-fn native(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply> {
+fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let lock = &keys[0];
     if string_or_none(db, lock, "lock")? == "none" {
         return Ok(Reply::Int(-1));
@@ -16,5 +16,8 @@ fn native(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply
         return Err(not_a_lease());
     }
     db.del(lock);
+    if let Some(channel) = args.first() {
+        db.publish(channel);
+    }
     Ok(Reply::Int(1))
 }

@@ -3,9 +3,9 @@
 //! | operation | KEYS | ARGV | reply |
 //! |---|---|---|---|
 //! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease}` / `{0, holder, pttl}` |
-//! | [`EXPIRE_UNLOCK`] | lock | lease | `1` / `0` / `-1` |
+//! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel] | `1` / `0` / `-1` |
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
-//! | [`FORCE_UNLOCK`] | lock | | `1` / `-1` |
+//! | [`FORCE_UNLOCK`] | lock | [release channel] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //!
 //! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key

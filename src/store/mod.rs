@@ -96,6 +96,12 @@ pub trait Store: Clone + Send + Sync + 'static {
         args: &[String],
     ) -> impl Future<Output = Result<Reply>> + Send;
 
+    /// The shared release-notification channel of this store handle, if it has one (both stores
+    /// do; a wrapper that does not delegate this makes waiters poll instead).
+    fn notifier(&self) -> impl Future<Output = Option<crate::notify::Notifier>> + Send {
+        async { None }
+    }
+
     /// A runtime handle that drives this store's I/O, for the `blocking_*` methods; `None` when
     /// the store needs no runtime (the embedded store).
     fn runtime(&self) -> Option<tokio::runtime::Handle> {

@@ -51,6 +51,7 @@ pub struct RedisStore {
     owned: Option<std::sync::Arc<tokio::runtime::Runtime>>,
     client: redis::Client,
     url: String,
+    notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -92,6 +93,7 @@ impl RedisStore {
             owned: None,
             client,
             url: redact(url),
+            notifier: Default::default(),
         })
     }
 
@@ -271,6 +273,16 @@ impl Store for RedisStore {
         let mut con = self.con.clone();
         let value: redis::Value = invocation.invoke_async(&mut con).await?;
         Ok(Reply::from(value))
+    }
+
+    async fn notifier(&self) -> Option<crate::notify::Notifier> {
+        // One pub/sub connection per store handle (and its clones), made on first use. While it
+        // cannot be made, waiters poll, bounded by the holder's remaining time.
+        self.notifier
+            .get_or_try_init(|| crate::notify::Notifier::redis(self.client.clone()))
+            .await
+            .ok()
+            .cloned()
     }
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {

@@ -127,6 +127,8 @@ pub struct Db {
     /// (expiry ms, key) for every key with a TTL, so expired keys are reclaimed in order.
     expirations: BTreeSet<(u64, String)>,
     now_us: u64,
+    /// Channels published to during the current step, delivered when it ends.
+    outbox: Vec<String>,
 }
 
 impl Db {
@@ -147,6 +149,16 @@ impl Db {
             let (_, key) = self.expirations.pop_first().expect("checked non-empty");
             self.entries.remove(&key);
         }
+    }
+
+    /// `PUBLISH channel message`: delivered to in-process watchers when the current command or
+    /// script ends (messages carry no payload that waiters read; the channel is the news).
+    pub fn publish(&mut self, channel: &str) {
+        self.outbox.push(channel.to_owned());
+    }
+
+    pub(crate) fn take_outbox(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.outbox)
     }
 
     /// The frozen time, since the epoch.

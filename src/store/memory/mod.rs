@@ -18,6 +18,7 @@ pub use self::db::{CommandError, CommandResult, Db};
 use super::{Store, Ttl};
 use crate::clock::{SharedClock, SystemClock};
 use crate::error::Result;
+use crate::notify::{Hub, Notifier};
 use crate::script::{Reply, Script};
 use crate::sync::Mutex;
 
@@ -31,6 +32,7 @@ pub struct MemoryStore {
 struct Shared {
     db: Mutex<Db>,
     clock: SharedClock,
+    hub: Arc<Hub>,
 }
 
 impl Default for MemoryStore {
@@ -51,6 +53,7 @@ impl MemoryStore {
             shared: Arc::new(Shared {
                 db: Mutex::new(Db::new()),
                 clock,
+                hub: Arc::new(Hub::default()),
             }),
         }
     }
@@ -63,9 +66,16 @@ impl MemoryStore {
     /// Run `f` on the keyspace as one atomic step, with time frozen at the clock's now.
     pub fn atomically<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {
         let now = self.shared.clock.now();
-        let mut db = self.shared.db.lock();
-        db.set_time(now);
-        f(&mut db)
+        let (out, published) = {
+            let mut db = self.shared.db.lock();
+            db.set_time(now);
+            let out = f(&mut db);
+            (out, db.take_outbox())
+        };
+        for channel in published {
+            self.shared.hub.deliver(&channel);
+        }
+        out
     }
 
     fn run<T>(&self, f: impl FnOnce(&mut Db) -> CommandResult<T>) -> Result<T> {
@@ -83,6 +93,10 @@ impl Store for MemoryStore {
     }
 
     async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
+        // `SET ... PX 0` is refused by the server (the TTL is sent in whole milliseconds).
+        if ttl.as_millis() == 0 {
+            return Err(CommandError::new("ERR", "invalid expire time in 'set' command").into());
+        }
         Ok(self.atomically(|db| db.set_nx(key, value, Some(ttl))))
     }
 
@@ -129,6 +143,10 @@ impl Store for MemoryStore {
 
     async fn time(&self) -> Result<Duration> {
         Ok(self.shared.clock.now())
+    }
+
+    async fn notifier(&self) -> Option<Notifier> {
+        Some(Notifier::in_process(self.shared.hub.clone()))
     }
 
     async fn eval(

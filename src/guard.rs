@@ -1,0 +1,285 @@
+//! RAII guards for the expire lock, and the watchdog that renews their leases.
+//!
+//! A [`LockGuard`] owns one lease. Without an explicit lease time the guard runs a **watchdog**:
+//! a task that renews the lease at a third of its length for as long as the guard lives, and
+//! stops on release and on drop. When a renewal finds the lease gone (it expired, or someone
+//! force-unlocked it) or cannot reach the server before the lease's local deadline, the guard is
+//! marked lost: [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, so the
+//! critical section can stop ([`ExpireLock::with_lock`](crate::ExpireLock::with_lock) does this
+//! for you).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::expire_lock::{ExpireLock, Renew, Unlock};
+use crate::lease::Lease;
+use crate::store::Store;
+
+pub(crate) struct Shared<S: Store> {
+    locks: ExpireLock<S>,
+    name: String,
+    ttl: Duration,
+    lease: Mutex<Lease>,
+    lost: watch::Sender<bool>,
+    /// Held by the watchdog while a renewal is in flight, so a release never races it with a
+    /// lease that is about to rotate.
+    renewing: tokio::sync::Mutex<()>,
+    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    renews: bool,
+}
+
+impl<S: Store> Shared<S> {
+    fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    fn current(&self) -> Lease {
+        self.lease.lock().clone()
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.lease
+            .lock()
+            .deadline()
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+    }
+
+    async fn stop_watchdog(&self) {
+        let _in_flight = self.renewing.lock().await;
+        if let Some(handle) = self.watchdog.lock().take() {
+            handle.abort();
+        }
+    }
+
+    async fn release(&self) -> Result<Unlock> {
+        self.stop_watchdog().await;
+        let lease = self.current();
+        let outcome = self.locks.expire_unlock(&self.name, &lease).await;
+        self.mark_lost();
+        outcome
+    }
+}
+
+async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
+    let interval = shared.ttl / 3;
+    let mut wait = interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        let _in_flight = shared.renewing.lock().await;
+        let current = shared.current();
+        match shared.locks.renew(&shared.name, &current, shared.ttl).await {
+            Ok(Renew::Renewed(lease)) => {
+                *shared.lease.lock() = lease;
+                wait = interval;
+            }
+            Ok(Renew::NotHeld | Renew::HeldByOther) => {
+                shared.mark_lost();
+                return;
+            }
+            Err(_) => {
+                if shared.past_deadline() {
+                    shared.mark_lost();
+                    return;
+                }
+                // Try again soon, well before the deadline.
+                let left = current.remaining().unwrap_or(Duration::ZERO);
+                wait = (left / 4).clamp(Duration::from_millis(5), interval);
+            }
+        }
+    }
+}
+
+/// A held expire lock. See the [module docs](self).
+///
+/// Release it with [`release`](Self::release) to learn the outcome. Dropping it releases in the
+/// background (it never blocks); if that cannot be done, the lease's TTL frees the lock.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct LockGuard<S: Store> {
+    shared: Arc<Shared<S>>,
+    armed: bool,
+}
+
+impl<S: Store> fmt::Debug for LockGuard<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.shared.name)
+            .field("lease", &self.shared.current())
+            .field("watchdog", &self.shared.renews)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl<S: Store> LockGuard<S> {
+    /// Wrap an acquired lease; with `watchdog`, start renewing it at a third of `ttl`.
+    pub(crate) fn new(
+        locks: ExpireLock<S>,
+        name: &str,
+        lease: Lease,
+        ttl: Duration,
+        watchdog_on: bool,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            locks,
+            name: name.to_owned(),
+            ttl,
+            lease: Mutex::new(lease),
+            lost: watch::channel(false).0,
+            renewing: tokio::sync::Mutex::new(()),
+            watchdog: Mutex::new(None),
+            renews: watchdog_on,
+        });
+        if watchdog_on {
+            let handle = crate::blocking::spawn_handle(shared.locks.store().runtime())
+                .spawn(watchdog(shared.clone()))
+                .abort_handle();
+            *shared.watchdog.lock() = Some(handle);
+        }
+        LockGuard {
+            shared,
+            armed: true,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The current lease (it rotates with every renewal).
+    pub fn lease(&self) -> Lease {
+        self.shared.current()
+    }
+
+    /// The fencing token of this holding: pass it with every write to the protected resource.
+    pub fn fence(&self) -> u64 {
+        self.shared.current().fence()
+    }
+
+    /// Whether the watchdog renews this lease.
+    pub fn is_renewed(&self) -> bool {
+        self.shared.renews
+    }
+
+    /// Whether the lease is lost: a renewal found it gone, or (without a watchdog, or with the
+    /// server unreachable) its local deadline has passed. Once true, stays true.
+    pub fn is_lost(&self) -> bool {
+        // With a working watchdog the deadline keeps moving forward; a passed deadline means no
+        // renewal landed in time.
+        *self.shared.lost.borrow() || self.shared.past_deadline()
+    }
+
+    /// Resolves when the lease is lost (see [`is_lost`](Self::is_lost)).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it changes nothing.
+    pub async fn lost(&self) {
+        let mut rx = self.shared.lost.subscribe();
+        loop {
+            if *rx.borrow_and_update() {
+                return;
+            }
+            let deadline = self.shared.current().deadline();
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        changed = rx.changed() => if changed.is_err() { return },
+                        () = tokio::time::sleep_until(d) => {
+                            // The watchdog may have renewed meanwhile (the deadline moved).
+                            if self.shared.past_deadline() {
+                                self.shared.mark_lost();
+                                return;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renew now, to `ttl` from now (the watchdog, if any, keeps its own interval).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`] when the lease is gone; store errors.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        let _in_flight = self.shared.renewing.lock().await;
+        let current = self.shared.current();
+        match self
+            .shared
+            .locks
+            .renew(&self.shared.name, &current, ttl)
+            .await?
+        {
+            Renew::Renewed(lease) => {
+                *self.shared.lease.lock() = lease;
+                Ok(())
+            }
+            Renew::NotHeld | Renew::HeldByOther => {
+                self.shared.mark_lost();
+                Err(Error::new(
+                    ErrorKind::LeaseLost,
+                    format!("the lease on {} is gone", self.shared.name),
+                ))
+            }
+        }
+    }
+
+    /// Release the lock and report what happened: [`Unlock::Released`], or
+    /// [`Unlock::NotHeld`]/[`Unlock::HeldByOther`] when the lease had been lost.
+    ///
+    /// # Errors
+    ///
+    /// Store errors; the TTL frees the lock then.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped midway the lock may stay held until its TTL (at most one renewal interval
+    /// plus the lease, since the watchdog is stopped first).
+    pub async fn release(mut self) -> Result<Unlock> {
+        self.armed = false;
+        self.shared.release().await
+    }
+
+    /// Blocking twin of [`release`](Self::release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release(mut self) -> Result<Unlock> {
+        self.armed = false;
+        let shared = self.shared.clone();
+        crate::blocking::block_on(
+            shared.locks.store().runtime(),
+            "blocking_release",
+            async move { shared.release().await },
+        )
+    }
+}
+
+impl<S: Store> Drop for LockGuard<S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Release in the background: stop the watchdog (after any renewal in flight, so the
+        // lease we release is the current one), then compare-and-delete.
+        let shared = self.shared.clone();
+        crate::blocking::spawn_handle(self.shared.locks.store().runtime()).spawn(async move {
+            let _ = shared.release().await;
+        });
+    }
+}

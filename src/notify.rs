@@ -1,0 +1,271 @@
+//! Release notifications: one subscription per client, local waiters coalesced per channel.
+//!
+//! Releasing scripts `PUBLISH` on the lock's channel (`<prefix>{name}:released`, in the lock's
+//! hash slot). A [`Notifier`] is shared by everything that uses one store handle: on Redis it is
+//! one dedicated pub/sub connection, subscribed to a channel while at least one local waiter
+//! watches it; on the embedded store, messages are delivered in process. A message wakes the
+//! local watchers of its channel; the lock kinds make sure only one of them (the head of the
+//! key's local queue) talks to the server, so N local waiters cost O(1) commands per handoff.
+//!
+//! Notifications are hints, never the only way out of a wait: a lost message (a dropped
+//! connection, a lock that expired instead of being released) costs at most the holder's
+//! remaining time, after which waiters retry anyway.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use crate::error::Result;
+
+/// Local watchers of one channel.
+#[derive(Debug, Default)]
+pub(crate) struct Channel {
+    notify: Notify,
+    watchers: Mutex<usize>,
+}
+
+/// channel name → its local watchers.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    channels: Mutex<HashMap<String, Arc<Channel>>>,
+}
+
+impl Hub {
+    /// Wake every local watcher of `channel`.
+    pub(crate) fn deliver(&self, channel: &str) {
+        let found = self.channels.lock().get(channel).cloned();
+        if let Some(ch) = found {
+            ch.notify.notify_waiters();
+        }
+    }
+
+    fn wake_all(&self) {
+        let all: Vec<_> = self.channels.lock().values().cloned().collect();
+        for ch in all {
+            ch.notify.notify_waiters();
+        }
+    }
+
+    /// Register a watcher; true if it is the channel's first.
+    fn join(&self, channel: &str) -> (Arc<Channel>, bool) {
+        let mut channels = self.channels.lock();
+        let ch = channels.entry(channel.to_owned()).or_default().clone();
+        let mut n = ch.watchers.lock();
+        *n += 1;
+        let first = *n == 1;
+        drop(n);
+        (ch, first)
+    }
+
+    /// Unregister a watcher; true if it was the channel's last.
+    fn leave(&self, channel: &str) -> bool {
+        let mut channels = self.channels.lock();
+        let Some(ch) = channels.get(channel).cloned() else {
+            return false;
+        };
+        let mut n = ch.watchers.lock();
+        *n -= 1;
+        if *n == 0 {
+            drop(n);
+            channels.remove(channel);
+            return true;
+        }
+        false
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.channels.lock().keys().cloned().collect()
+    }
+}
+
+/// Delivers release notifications to local waiters. Cheap to clone. See the [module docs](self).
+#[derive(Clone)]
+pub struct Notifier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hub: Arc<Hub>,
+    redis: Option<RedisSubscriber>,
+}
+
+impl fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Notifier")
+            .field(
+                "backend",
+                &if self.inner.redis.is_some() {
+                    "redis"
+                } else {
+                    "memory"
+                },
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Notifier {
+    /// A notifier fed in process by the embedded store through `hub`.
+    pub(crate) fn in_process(hub: Arc<Hub>) -> Self {
+        Notifier {
+            inner: Arc::new(Inner { hub, redis: None }),
+        }
+    }
+
+    /// A notifier with one dedicated pub/sub connection to the server of `client`.
+    pub(crate) async fn redis(client: redis::Client) -> Result<Self> {
+        let hub = Arc::new(Hub::default());
+        let subscriber = RedisSubscriber::start(client, hub.clone()).await?;
+        Ok(Notifier {
+            inner: Arc::new(Inner {
+                hub,
+                redis: Some(subscriber),
+            }),
+        })
+    }
+
+    /// Start watching `channel`: messages published on it from now on wake [`Watch::notified`].
+    /// The first local watcher of a channel subscribes (one round trip, acknowledged before
+    /// this returns); later ones cost nothing.
+    ///
+    /// # Errors
+    ///
+    /// The subscription failed (connection). Waiters then fall back to timed retries.
+    pub async fn watch(&self, channel: &str) -> Result<Watch> {
+        let (ch, first) = self.inner.hub.join(channel);
+        let watch = Watch {
+            channel: ch,
+            name: channel.to_owned(),
+            notifier: self.clone(),
+        };
+        if first {
+            if let Some(redis) = &self.inner.redis {
+                redis.subscribe(channel).await?;
+            }
+        }
+        Ok(watch)
+    }
+}
+
+/// Interest in one channel. Dropping it unsubscribes when it was the channel's last watcher.
+pub struct Watch {
+    channel: Arc<Channel>,
+    name: String,
+    notifier: Notifier,
+}
+
+impl fmt::Debug for Watch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Watch")
+            .field("channel", &self.name)
+            .finish()
+    }
+}
+
+impl Watch {
+    /// A future that completes on the next message. Create it (and pin and
+    /// [`enable`](tokio::sync::futures::Notified::enable) it) *before* the attempt whose failure
+    /// makes you wait, so a release between the attempt and the wait is not missed.
+    pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.channel.notify.notified()
+    }
+
+    /// Wait for a message or `timeout`, whichever comes first; true if a message came.
+    pub async fn wait(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.notified()).await.is_ok()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if self.notifier.inner.hub.leave(&self.name) {
+            if let Some(redis) = &self.notifier.inner.redis {
+                redis.unsubscribe(&self.name, self.notifier.inner.hub.clone());
+            }
+        }
+    }
+}
+
+/// One dedicated pub/sub connection: a sink for (un)subscribing and a reader task that feeds
+/// the hub, reconnecting and resubscribing when the connection drops.
+struct RedisSubscriber {
+    sink: Arc<tokio::sync::Mutex<Option<redis::aio::PubSubSink>>>,
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for RedisSubscriber {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl RedisSubscriber {
+    async fn start(client: redis::Client, hub: Arc<Hub>) -> Result<Self> {
+        let (sink, stream) = client.get_async_pubsub().await?.split();
+        let sink = Arc::new(tokio::sync::Mutex::new(Some(sink)));
+        let reader = tokio::spawn(Self::read(client, hub, sink.clone(), stream)).abort_handle();
+        Ok(RedisSubscriber { sink, reader })
+    }
+
+    async fn read(
+        client: redis::Client,
+        hub: Arc<Hub>,
+        sink: Arc<tokio::sync::Mutex<Option<redis::aio::PubSubSink>>>,
+        mut stream: redis::aio::PubSubStream,
+    ) {
+        loop {
+            while let Some(msg) = stream.next().await {
+                hub.deliver(msg.get_channel_name());
+            }
+            // The connection dropped: anything may have been released meanwhile.
+            *sink.lock().await = None;
+            hub.wake_all();
+            let mut delay = Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(delay).await;
+                if let Ok(pubsub) = client.get_async_pubsub().await {
+                    let (mut new_sink, new_stream) = pubsub.split();
+                    let names = hub.names();
+                    if names.is_empty() || new_sink.subscribe(&names).await.is_ok() {
+                        *sink.lock().await = Some(new_sink);
+                        stream = new_stream;
+                        hub.wake_all();
+                        break;
+                    }
+                }
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+
+    async fn subscribe(&self, channel: &str) -> Result<()> {
+        let mut sink = self.sink.lock().await;
+        match sink.as_mut() {
+            Some(s) => Ok(s.subscribe(channel).await?),
+            // Reconnecting: the reader resubscribes every watched channel when it is back.
+            None => Ok(()),
+        }
+    }
+
+    fn unsubscribe(&self, channel: &str, hub: Arc<Hub>) {
+        let sink = self.sink.clone();
+        let channel = channel.to_owned();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let mut sink = sink.lock().await;
+                // A new watcher may have joined (and subscribed) since: then keep it.
+                if hub.channels.lock().contains_key(&channel) {
+                    return;
+                }
+                if let Some(s) = sink.as_mut() {
+                    let _ = s.unsubscribe(&channel).await;
+                }
+            });
+        }
+    }
+}

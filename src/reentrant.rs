@@ -1,0 +1,343 @@
+//! Reentrant locks: a local owner → (lock, count) map in front of the expire lock.
+//!
+//! Only the outermost acquire and the final release reach the server; re-entry by the same
+//! owner costs no round trip.
+//!
+//! | API | owner | guard |
+//! |---|---|---|
+//! | [`ReentrantLock::blocking_lock`] | the calling thread (one map per `ReentrantLock`, via the `thread_local` crate) | [`ReentrantGuard`], `!Send`: a thread's hold must stay on that thread |
+//! | [`ReentrantLock::lock`] | an explicit [`Owner`] handle the caller creates and passes | [`OwnedReentrantGuard`], `Send` |
+//!
+//! Async code must not use the thread as the owner (tasks move between threads, and futures
+//! joined in one task share it), nor a task id: hence the explicit handle.
+//!
+//! Re-entry is refused with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) once the
+//! lease is lost (its watchdog found it gone, or its local deadline passed). The map entry is
+//! removed *before* the final release is sent, so a failed release never leaves it claiming
+//! ownership; the lease's TTL frees the lock then.
+//!
+//! ```compile_fail
+//! // A thread-keyed guard cannot move to another thread.
+//! fn must_be_send<T: Send>(_: T) {}
+//! let locks = tairlock::ReentrantLock::new(tairlock::ExpireLock::new(tairlock::MemoryStore::new()));
+//! let guard = locks.blocking_lock("a").unwrap();
+//! must_be_send(guard);
+//! ```
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use thread_local::ThreadLocal;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::expire_lock::{ExpireLock, Unlock};
+use crate::guard::LockGuard;
+use crate::store::Store;
+
+/// One owner's hold on one lock: the real guard and the depth.
+struct Slot<S: Store> {
+    guard: Mutex<Option<LockGuard<S>>>,
+    depth: Mutex<usize>,
+}
+
+impl<S: Store> Slot<S> {
+    fn new(guard: LockGuard<S>) -> Arc<Self> {
+        Arc::new(Slot {
+            guard: Mutex::new(Some(guard)),
+            depth: Mutex::new(1),
+        })
+    }
+
+    /// Enter again if still held: true on success, an error if the lease is lost, false if the
+    /// slot is finished (depth 0).
+    fn reenter(&self) -> Result<bool> {
+        let mut depth = self.depth.lock();
+        if *depth == 0 {
+            return Ok(false);
+        }
+        let guard = self.guard.lock();
+        match guard.as_ref() {
+            Some(g) if g.is_lost() => Err(Error::new(
+                ErrorKind::LeaseLost,
+                format!("re-entry refused: the lease on {} is lost", g.name()),
+            )),
+            Some(_) => {
+                *depth += 1;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Leave one level; the real guard when this was the last.
+    fn exit(&self) -> Option<LockGuard<S>> {
+        let mut depth = self.depth.lock();
+        *depth = depth.saturating_sub(1);
+        if *depth == 0 {
+            self.guard.lock().take()
+        } else {
+            None
+        }
+    }
+
+    fn fence(&self) -> Option<u64> {
+        self.guard.lock().as_ref().map(LockGuard::fence)
+    }
+
+    fn is_lost(&self) -> bool {
+        self.guard.lock().as_ref().is_none_or(LockGuard::is_lost)
+    }
+}
+
+type Slots<S> = HashMap<String, Arc<Slot<S>>>;
+
+/// Reentrant expire locks. See the [module docs](self).
+pub struct ReentrantLock<S: Store> {
+    locks: ExpireLock<S>,
+    threads: Arc<ThreadLocal<RefCell<Slots<S>>>>,
+}
+
+impl<S: Store> Clone for ReentrantLock<S> {
+    fn clone(&self) -> Self {
+        ReentrantLock {
+            locks: self.locks.clone(),
+            threads: self.threads.clone(),
+        }
+    }
+}
+
+impl<S: Store> fmt::Debug for ReentrantLock<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReentrantLock").finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> ReentrantLock<S> {
+    /// Reentrant locks over `locks` (its options decide lease, watchdog and waiting).
+    pub fn new(locks: ExpireLock<S>) -> Self {
+        ReentrantLock {
+            locks,
+            threads: Arc::new(ThreadLocal::new()),
+        }
+    }
+
+    /// The underlying expire locks.
+    pub fn locks(&self) -> &ExpireLock<S> {
+        &self.locks
+    }
+
+    /// Take `name` for the calling thread, waiting as [`ExpireLock::lock`] does; re-entry by the
+    /// same thread returns at once without a round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`] on re-entry after the lease was lost; acquire errors.
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime (use [`lock`](Self::lock) with an [`Owner`]).
+    #[track_caller]
+    pub fn blocking_lock(&self, name: &str) -> Result<ReentrantGuard<S>> {
+        let slots = self.threads.get_or(|| RefCell::new(HashMap::new()));
+        let existing = slots.borrow().get(name).cloned();
+        if let Some(slot) = existing {
+            if slot.reenter()? {
+                return Ok(ReentrantGuard {
+                    slot,
+                    _not_send: PhantomData,
+                });
+            }
+        }
+        let guard = self.locks.blocking_lock(name)?;
+        let slot = Slot::new(guard);
+        slots.borrow_mut().insert(name.to_owned(), slot.clone());
+        Ok(ReentrantGuard {
+            slot,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// How deep the calling thread holds `name` (0: not at all).
+    pub fn held_depth(&self, name: &str) -> usize {
+        self.threads
+            .get()
+            .and_then(|slots| slots.borrow().get(name).map(|s| *s.depth.lock()))
+            .unwrap_or(0)
+    }
+
+    /// Take `name` for `owner`, waiting as [`ExpireLock::lock`] does; re-entry by the same owner
+    /// returns at once without a round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_lock`](Self::blocking_lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ExpireLock::lock`]; a cancelled re-entry changes nothing.
+    pub async fn lock(&self, owner: &Owner, name: &str) -> Result<OwnedReentrantGuard<S>> {
+        let key = self.locks.keys(name)?.lock;
+        let existing = owner.slots::<S>().lock().get(&key).cloned();
+        if let Some(slot) = existing {
+            if slot.reenter()? {
+                return Ok(OwnedReentrantGuard { slot });
+            }
+        }
+        // Owners are meant to be used from one task at a time; if two futures of one owner race
+        // here, each acquires in turn (the second waits for the first's release).
+        let guard = self.locks.lock(name).await?;
+        let slot = Slot::new(guard);
+        owner.slots::<S>().lock().insert(key, slot.clone());
+        Ok(OwnedReentrantGuard { slot })
+    }
+}
+
+/// A thread's hold on a reentrant lock; `!Send`. Dropping the outermost guard releases the lock
+/// in the background; [`release`](Self::release) reports the outcome.
+#[must_use = "the hold is given up as soon as the guard is dropped"]
+pub struct ReentrantGuard<S: Store> {
+    slot: Arc<Slot<S>>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<S: Store> fmt::Debug for ReentrantGuard<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReentrantGuard")
+            .field("depth", &*self.slot.depth.lock())
+            .finish()
+    }
+}
+
+impl<S: Store> ReentrantGuard<S> {
+    /// The fencing token of the hold.
+    pub fn fence(&self) -> Option<u64> {
+        self.slot.fence()
+    }
+
+    /// Whether the lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.slot.is_lost()
+    }
+
+    /// Leave one level; on the last, release the lock and report it (`None` while outer levels
+    /// still hold it).
+    ///
+    /// # Errors
+    ///
+    /// Store errors on the final release (the local entry is already gone then).
+    ///
+    /// # Panics
+    ///
+    /// When the final release is called from inside an async runtime.
+    #[track_caller]
+    pub fn release(self) -> Result<Option<Unlock>> {
+        let last = self.slot.exit();
+        std::mem::forget(self);
+        last.map(LockGuard::blocking_release).transpose()
+    }
+}
+
+impl<S: Store> Drop for ReentrantGuard<S> {
+    fn drop(&mut self) {
+        // The real guard's Drop releases in the background; it never blocks and never touches
+        // thread-locals, so this is safe in a thread's TLS destructors too.
+        drop(self.slot.exit());
+    }
+}
+
+/// The owner of reentrant holds in async code: create one per logical owner (a request, a job)
+/// and pass it to [`ReentrantLock::lock`]. Clones are the same owner.
+#[derive(Clone)]
+pub struct Owner {
+    id: u64,
+    slots: Arc<Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>>,
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Owner").field("id", &self.id).finish()
+    }
+}
+
+impl Default for Owner {
+    fn default() -> Self {
+        Owner::new()
+    }
+}
+
+impl Owner {
+    /// A new owner, distinct from every other.
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Owner {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            slots: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// This owner's number.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn slots<S: Store>(&self) -> Arc<Mutex<Slots<S>>> {
+        let mut any = self.slots.lock();
+        let entry = any.get_or_insert_with(|| Box::new(Arc::new(Mutex::new(Slots::<S>::new()))));
+        entry
+            .downcast_ref::<Arc<Mutex<Slots<S>>>>()
+            .expect("an Owner is used with one store type")
+            .clone()
+    }
+}
+
+/// An [`Owner`]'s hold on a reentrant lock; `Send`.
+#[must_use = "the hold is given up as soon as the guard is dropped"]
+pub struct OwnedReentrantGuard<S: Store> {
+    slot: Arc<Slot<S>>,
+}
+
+impl<S: Store> fmt::Debug for OwnedReentrantGuard<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedReentrantGuard")
+            .field("depth", &*self.slot.depth.lock())
+            .finish()
+    }
+}
+
+impl<S: Store> OwnedReentrantGuard<S> {
+    /// The fencing token of the hold.
+    pub fn fence(&self) -> Option<u64> {
+        self.slot.fence()
+    }
+
+    /// Whether the lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.slot.is_lost()
+    }
+
+    /// Leave one level; on the last, release the lock and report it (`None` while outer levels
+    /// still hold it).
+    ///
+    /// # Errors
+    ///
+    /// Store errors on the final release (the owner's entry is already gone then).
+    pub async fn release(self) -> Result<Option<Unlock>> {
+        let last = self.slot.exit();
+        std::mem::forget(self);
+        match last {
+            Some(guard) => Ok(Some(guard.release().await?)),
+            None => Ok(None),
+        }
+    }
+}
+
+impl<S: Store> Drop for OwnedReentrantGuard<S> {
+    fn drop(&mut self) {
+        drop(self.slot.exit());
+    }
+}

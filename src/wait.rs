@@ -1,0 +1,395 @@
+//! Waiting for a busy lock, and the guard-returning acquire methods.
+//!
+//! - **By notification** (the default): releases publish on the lock's channel; a waiter sleeps
+//!   until a message *or* the holder's remaining time, whichever is first, then tries again. A
+//!   lost message, or a lock that expired instead of being released, costs at most one lease.
+//! - **By polling** ([`WaitStrategy::Poll`]): jittered, capped exponential back-off, never
+//!   longer than the holder's remaining time.
+//!
+//! Either way, waiters in one process for one lock line up in a local FIFO queue, and only the
+//! head of the queue talks to the server: N local waiters cost O(1) commands per handoff, and
+//! no local waiter starves.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::expire_lock::{Acquire, ExpireLock};
+use crate::guard::LockGuard;
+use crate::lease::{Lease, nonce};
+use crate::store::Store;
+
+/// How [`ExpireLock::lock`] and friends wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitStrategy {
+    /// Sleep until a release is announced or the holder's lease runs out.
+    Notify,
+    /// Poll with jittered exponential back-off from `min` to `max`, never past the holder's
+    /// remaining time.
+    Poll {
+        /// First back-off.
+        min: Duration,
+        /// Back-off cap.
+        max: Duration,
+    },
+}
+
+impl Default for WaitStrategy {
+    fn default() -> Self {
+        WaitStrategy::Notify
+    }
+}
+
+/// Per-client local state: one FIFO queue (a fair async mutex) per lock name being waited for.
+#[derive(Default)]
+pub(crate) struct Local {
+    queues: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl fmt::Debug for Local {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Local")
+            .field("queues", &self.queues.lock().len())
+            .finish()
+    }
+}
+
+impl Local {
+    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.queues
+            .lock()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    fn forget(&self, name: &str, queue: Arc<tokio::sync::Mutex<()>>) {
+        let mut queues = self.queues.lock();
+        // Ours and the map's: nobody else is queued.
+        if Arc::strong_count(&queue) == 2 {
+            queues.remove(name);
+        }
+    }
+}
+
+/// How long to wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    Once,
+    Until(Instant),
+    Forever,
+}
+
+/// Disarmed on success; on drop while armed (the acquire future was cancelled after a request
+/// may have reached the server), releases whatever this attempt's nonce may hold, in the
+/// background.
+struct CancelCleanup<S: Store> {
+    locks: ExpireLock<S>,
+    name: String,
+    ttl: Duration,
+    nonce: Option<String>,
+}
+
+impl<S: Store> Drop for CancelCleanup<S> {
+    fn drop(&mut self) {
+        let Some(nonce) = self.nonce.take() else {
+            return;
+        };
+        let (locks, name, ttl) = (self.locks.clone(), self.name.clone(), self.ttl);
+        crate::blocking::spawn_handle(locks.store().runtime()).spawn(async move {
+            // Repeating the acquire with the same nonce returns our lease if the cancelled call
+            // took the lock (and takes it if free); either way we then release it.
+            if let Ok(Acquire::Acquired(lease)) =
+                locks.expire_lock_with_nonce(&name, ttl, nonce).await
+            {
+                let _ = locks.expire_unlock(&name, &lease).await;
+            }
+        });
+    }
+}
+
+impl<S: Store> ExpireLock<S> {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        ttl: Duration,
+        patience: Patience,
+    ) -> Result<Option<Lease>> {
+        crate::expire_lock::ttl_ms(ttl)?;
+        let keys = self.keys(name)?;
+        let queue = self.local.queue(name);
+        let result = async {
+            let _turn = match patience {
+                Patience::Until(deadline) => {
+                    match tokio::time::timeout_at(deadline, queue.lock()).await {
+                        Ok(turn) => turn,
+                        Err(_) => return Ok(None),
+                    }
+                }
+                Patience::Once => match queue.try_lock() {
+                    Ok(turn) => turn,
+                    // A local waiter is ahead: the lock is busy as far as we are concerned.
+                    Err(_) => return Ok(None),
+                },
+                Patience::Forever => queue.lock().await,
+            };
+            let watch = match (self.options().wait, patience) {
+                (WaitStrategy::Notify, Patience::Until(_) | Patience::Forever) => {
+                    match self.store().notifier().await {
+                        Some(n) => n.watch(&keys.channel).await.ok(),
+                        None => None,
+                    }
+                }
+                _ => None,
+            };
+            let mut backoff = match self.options().wait {
+                WaitStrategy::Poll { min, .. } => min,
+                WaitStrategy::Notify => Duration::from_millis(10),
+            };
+            loop {
+                let notified = watch.as_ref().map(|w| w.notified());
+                let mut notified = pin!(notified);
+                if let Some(n) = notified.as_mut().as_pin_mut() {
+                    n.enable();
+                }
+                let mut cleanup = CancelCleanup {
+                    locks: self.clone(),
+                    name: name.to_owned(),
+                    ttl,
+                    nonce: Some(nonce()),
+                };
+                let attempt_nonce = cleanup.nonce.clone().expect("set above");
+                let outcome = self.expire_lock_with_nonce(name, ttl, attempt_nonce).await;
+                cleanup.nonce = None;
+                let remaining = match outcome? {
+                    Acquire::Acquired(lease) => return Ok(Some(lease)),
+                    Acquire::Held { remaining, .. } => remaining,
+                };
+                let now = Instant::now();
+                let wake = match patience {
+                    Patience::Once => return Ok(None),
+                    Patience::Until(deadline) if now >= deadline => return Ok(None),
+                    Patience::Until(deadline) => deadline,
+                    Patience::Forever => now + Duration::from_secs(3600),
+                };
+                // Never sleep past the holder's lease: it may expire without a release.
+                let mut until = now + remaining + Duration::from_millis(1);
+                if watch.is_none() {
+                    let (min, max) = match self.options().wait {
+                        WaitStrategy::Poll { min, max } => (min, max),
+                        WaitStrategy::Notify => {
+                            (Duration::from_millis(10), Duration::from_millis(200))
+                        }
+                    };
+                    let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
+                    until = until.min(now + jittered);
+                    backoff = (backoff * 2).clamp(min, max);
+                }
+                let until = until.min(wake);
+                match notified.as_mut().as_pin_mut() {
+                    Some(n) => {
+                        tokio::select! {
+                            () = n => {}
+                            () = tokio::time::sleep_until(until) => {}
+                        }
+                    }
+                    None => tokio::time::sleep_until(until).await,
+                }
+            }
+        }
+        .await;
+        self.local.forget(name, queue);
+        result
+    }
+
+    async fn guard(
+        &self,
+        name: &str,
+        lease: Option<Duration>,
+        patience: Patience,
+    ) -> Result<Option<LockGuard<S>>> {
+        let (ttl, watchdog) = match lease {
+            Some(ttl) => (ttl, false),
+            None => (self.options().watchdog_lease, true),
+        };
+        Ok(self
+            .acquire_lease(name, ttl, patience)
+            .await?
+            .map(|l| LockGuard::new(self.clone(), name, l, ttl, watchdog)))
+    }
+
+    /// Wait for the lock `name` and hold it, renewed by the watchdog until the guard is released
+    /// or dropped.
+    ///
+    /// Waits by notification (or polling, per [`Options::wait`](crate::Options::wait)), bounded
+    /// by the holder's remaining time, in a fair local queue.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name or TTL; the key holds data that is not ours; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped while a request was in flight, a background task
+    /// releases whatever that request may have acquired, and the TTL bounds it in any case.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tairlock::{ExpireLock, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let locks = ExpireLock::new(MemoryStore::new());
+    /// let guard = locks.lock("reports").await?;
+    /// assert!(locks.try_lock("reports").await?.is_none());
+    /// guard.release().await?;
+    /// assert!(locks.try_lock("reports").await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn lock(&self, name: &str) -> Result<LockGuard<S>> {
+        Ok(self
+            .guard(name, None, Patience::Forever)
+            .await?
+            .expect("waiting forever ends only with the lock"))
+    }
+
+    /// One attempt: the lock with a watchdog, or `None` if it is busy.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn try_lock(&self, name: &str) -> Result<Option<LockGuard<S>>> {
+        self.guard(name, None, Patience::Once).await
+    }
+
+    /// Wait up to `timeout` for the lock; `None` if it did not come free in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn try_lock_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<LockGuard<S>>> {
+        self.guard(name, None, Patience::Until(Instant::now() + timeout))
+            .await
+    }
+
+    /// Wait up to `timeout` (forever if `None`) for the lock with a fixed `lease` and no
+    /// watchdog: the guard is lost when the lease runs out.
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock`](Self::lock).
+    pub async fn lock_with_lease(
+        &self,
+        name: &str,
+        lease: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Option<LockGuard<S>>> {
+        let patience = match timeout {
+            Some(t) if t.is_zero() => Patience::Once,
+            Some(t) => Patience::Until(Instant::now() + t),
+            None => Patience::Forever,
+        };
+        self.guard(name, Some(lease), patience).await
+    }
+
+    /// Hold the lock `name` (with the watchdog) while `critical` runs, and stop `critical` if the
+    /// lease is lost: its future is dropped within one renewal interval and the call returns a
+    /// [`ErrorKind::LeaseLost`] error. `critical` receives the lease, whose
+    /// [`fence`](Lease::fence) it should pass to the resource it writes.
+    ///
+    /// # Errors
+    ///
+    /// Lease lost; acquire errors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tairlock::{ExpireLock, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let locks = ExpireLock::new(MemoryStore::new());
+    /// let fence = locks.with_lock("nightly-job", |lease| async move { lease.fence() }).await?;
+    /// assert!(fence > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_lock<T, F, Fut>(&self, name: &str, critical: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(name).await?;
+        let work = critical(guard.lease());
+        let outcome = tokio::select! {
+            out = work => Some(out),
+            () = guard.lost() => None,
+        };
+        let released = guard.release().await;
+        match outcome {
+            Some(out) => {
+                released?;
+                Ok(out)
+            }
+            None => Err(Error::new(
+                ErrorKind::LeaseLost,
+                format!("the lease on {name} was lost; the critical section was stopped"),
+            )),
+        }
+    }
+
+    /// Blocking twin of [`lock`](Self::lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_lock(&self, name: &str) -> Result<LockGuard<S>> {
+        crate::blocking::block_on(self.store().runtime(), "blocking_lock", self.lock(name))
+    }
+
+    /// Blocking twin of [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_lock_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<LockGuard<S>>> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_lock_for",
+            self.try_lock_for(name, timeout),
+        )
+    }
+}

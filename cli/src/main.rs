@@ -13,6 +13,7 @@ use tairlock::clock::{SharedClock, SystemClock, TokioClock};
 use tairlock::{ExpireLock, Keyspace, MemoryStore, Options, RedisStore};
 use tairlock_cli::admin::{self, InspectReport};
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
+use tairlock_cli::run;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -32,6 +33,10 @@ enum Command {
     Race(RaceArgs),
     /// Show a lock's holder, expiry, remaining time and fencing token.
     Inspect(KeyArgs),
+    /// Run a command while holding a lock (watchdog on); the command is stopped if the lease is
+    /// lost. Exit codes: the command's; 75 not acquired within --wait; 76 lease lost; 69 store
+    /// error; 127 command not started.
+    Run(RunArgs),
     /// Delete a lock whoever holds it (refuses a key that is not one of our locks).
     Unlock {
         /// Required: this deletes someone else's lock.
@@ -71,6 +76,30 @@ struct RaceArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The lock name (e.g. nightly-backup) or its full key.
+    key: String,
+    /// Lease length, renewed by the watchdog at a third of it.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    ttl: Duration,
+    /// How long to wait for the lock (default: forever; 0 or e.g. 1us for a single attempt).
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when the lease is lost.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    grace: Duration,
+    /// The Redis server.
+    #[arg(long, env = "TAIRLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Key prefix of the locks.
+    #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
+    prefix: String,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +150,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Race(args) => race_command(args),
         Command::Inspect(args) => admin_command(args, false),
+        Command::Run(args) => run_command(args),
         Command::Unlock { force, key } => {
             if !force {
                 eprintln!(
@@ -269,6 +299,43 @@ fn split_key(key: &str, default_prefix: &str) -> (String, String) {
         );
     }
     (default_prefix.to_owned(), key.to_owned())
+}
+
+fn run_command(args: RunArgs) -> ExitCode {
+    let (prefix, name) = split_key(&args.key, &args.prefix);
+    let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.ttl < Duration::from_millis(30) {
+        eprintln!("tairlock: --ttl must be at least 30ms (it is renewed at a third of its length)");
+        return ExitCode::from(2);
+    }
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let code = rt.block_on(async {
+        let store = match RedisStore::connect(&args.redis).await {
+            Ok(store) => store,
+            Err(e) => {
+                eprintln!("tairlock run: {e}");
+                return run::EXIT_STORE;
+            }
+        };
+        let options = Options::default()
+            .keyspace(keyspace)
+            .watchdog_lease(args.ttl);
+        let locks = ExpireLock::with_options(store, options);
+        let spec = run::RunSpec {
+            name,
+            wait: args.wait,
+            grace: args.grace,
+            command: args.command,
+        };
+        run::run(&locks, &spec).await
+    });
+    ExitCode::from(code)
 }
 
 fn admin_command(args: KeyArgs, force_unlock: bool) -> ExitCode {

@@ -1,4 +1,7 @@
 //! The one place blocking twins wait for a future, and background work finds a runtime.
+//!
+//! Public so that the lock kinds of `tairlock-legacy` and `tairlock-rwlock` block and spawn
+//! exactly as the core's do.
 
 use std::future::Future;
 use std::sync::LazyLock;
@@ -17,14 +20,20 @@ static FALLBACK: LazyLock<Runtime> = LazyLock::new(|| {
         .expect("tairlock: cannot start its background runtime")
 });
 
-/// Where to spawn background work: the store's runtime, else the ambient one, else ours.
-pub(crate) fn spawn_handle(store_runtime: Option<Handle>) -> Handle {
+/// Where to spawn background work (watchdogs, background releases): the store's runtime, else
+/// the ambient one, else a small background runtime of tairlock's.
+pub fn spawn_handle(store_runtime: Option<Handle>) -> Handle {
     store_runtime
         .or_else(|| Handle::try_current().ok())
         .unwrap_or_else(|| FALLBACK.handle().clone())
 }
 
-/// Run `fut` to completion on this thread.
+/// Run `fut` to completion on this thread, for the `blocking_*` twins; `what` names the method
+/// in the panic message.
+///
+/// # Panics
+///
+/// When called from inside an async runtime.
 ///
 /// With a runtime handle (a Redis store's), that runtime drives the I/O: it must be a
 /// multi-thread runtime, or one owned by the store ([`RedisStore::blocking_connect`]). Without
@@ -32,7 +41,7 @@ pub(crate) fn spawn_handle(store_runtime: Option<Handle>) -> Handle {
 ///
 /// [`RedisStore::blocking_connect`]: crate::RedisStore::blocking_connect
 #[track_caller]
-pub(crate) fn block_on<F: Future>(runtime: Option<Handle>, what: &str, fut: F) -> F::Output {
+pub fn block_on<F: Future>(runtime: Option<Handle>, what: &str, fut: F) -> F::Output {
     if Handle::try_current().is_ok() {
         panic!(
             "tairlock: `{what}` was called from inside an async runtime, where blocking would stall \

@@ -463,7 +463,13 @@ impl<S: Store> ExpireLock<S> {
     }
 }
 
-pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64> {
+/// Check a lease length (at least 1 ms, at most [`MAX_TTL`]) and return it in whole
+/// milliseconds, rounded up.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) outside those bounds.
+pub fn ttl_ms(ttl: Duration) -> Result<u64> {
     if ttl < Duration::from_millis(1) {
         return Err(Error::invalid(format!("ttl {ttl:?} is shorter than 1 ms")));
     }

@@ -95,7 +95,11 @@ impl fmt::Debug for Lease {
     }
 }
 
-/// A fresh 128-bit nonce, hex.
+/// A fresh 128-bit random nonce, as 32 hex digits.
+pub fn new_nonce() -> String {
+    nonce()
+}
+
 pub(crate) fn nonce() -> String {
     format!("{:032x}", rand::random::<u128>())
 }

@@ -42,7 +42,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod blocking;
+pub mod blocking;
 pub mod clock;
 mod error;
 mod expire_lock;
@@ -58,10 +58,10 @@ mod sync;
 mod wait;
 
 pub use crate::error::{Error, ErrorKind, Result};
-pub use crate::expire_lock::{Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock};
+pub use crate::expire_lock::{Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock, ttl_ms};
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
-pub use crate::lease::Lease;
+pub use crate::lease::{Lease, new_nonce};
 pub use crate::reentrant::{OwnedReentrantGuard, Owner, ReentrantGuard, ReentrantLock};
 pub use crate::script::{Reply, Script};
 pub use crate::store::{MemoryStore, RedisStore, Store, Ttl};

@@ -21,7 +21,8 @@ end
 local last = 0
 if fence_type == 'string' then
   local raw = redis.call('GET', KEYS[2])
-  if not string.match(raw, '^%d+$') then
+  -- A token is digits and at most 2^53 - 1, the largest integer a Lua number holds exactly.
+  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
     return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
   end
   last = tonumber(raw)

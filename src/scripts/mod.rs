@@ -68,22 +68,26 @@ pub(crate) fn all_digits(v: &[u8]) -> bool {
     !v.is_empty() && v.iter().all(u8::is_ascii_digit)
 }
 
-/// Read a fence key the way the scripts do: absent → `None`, digits → the value, else `NOTLOCK`.
+/// The largest fencing token: 2^53 - 1, the largest integer a Lua number (a double) holds exactly.
+pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// A fence key's value as a token, the way the scripts accept it: digits, at most [`MAX_FENCE`]
+/// (`string.match(v, '^%d+$') and tonumber(v) <= 9007199254740991`).
+pub(crate) fn fence_token(v: &[u8]) -> Option<u64> {
+    if !all_digits(v) {
+        return None;
+    }
+    let digits = std::str::from_utf8(v).ok()?;
+    digits.parse::<u64>().ok().filter(|t| *t <= MAX_FENCE)
+}
+
+/// Read a fence key the way the scripts do: absent → `None`, a token → the value, else `NOTLOCK`.
 pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
     if string_or_none(db, key, "fence")? == "none" {
         return Ok(None);
     }
     let raw = db.get(key)?.unwrap_or_default();
-    if !all_digits(&raw) {
-        return Err(not_a_fence());
-    }
-    // Lua numbers are doubles; digits beyond u64 would lose precision there too.
-    Ok(Some(
-        std::str::from_utf8(&raw)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(u64::MAX),
-    ))
+    fence_token(&raw).map(Some).ok_or_else(not_a_fence)
 }
 
 /// Microseconds since the epoch, by the store's (frozen) clock.

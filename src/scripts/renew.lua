@@ -22,7 +22,7 @@ end
 local last = false
 if fence_type == 'string' then
   last = redis.call('GET', KEYS[2])
-  if not string.match(last, '^%d+$') then
+  if not string.match(last, '^%d+$') or tonumber(last) > 9007199254740991 then
     return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
   end
 end
@@ -38,6 +38,9 @@ if cur ~= ARGV[1] then
   return {0}
 end
 local fence = string.match(cur, '^tl1:%d+:(%d+):')
+if not fence then
+  return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
+end
 local ttl = tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::{
-    LEASE_PREFIX, all_digits, format_lease, not_a_fence, not_a_lease, now_us, string_or_none,
+    LEASE_PREFIX, all_digits, fence_token, not_a_fence, not_a_lease, now_us, string_or_none,
 };
 use crate::script::{Reply, Script, int_arg};
 use crate::store::memory::{CommandResult, Db};
@@ -17,7 +17,7 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let mut last = None;
     if string_or_none(db, fence_key, "fence")? == "string" {
         let raw = db.get(fence_key)?.unwrap_or_default();
-        if !all_digits(&raw) {
+        if fence_token(&raw).is_none() {
             return Err(not_a_fence());
         }
         last = Some(String::from_utf8(raw).expect("digits are utf-8"));
@@ -33,19 +33,17 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         }
         return Ok(Reply::Array(vec![Reply::Int(0)]));
     }
+    // `string.match(cur, '^tl1:%d+:(%d+):')`; the fence is carried over as the same digits.
     let cur = String::from_utf8_lossy(&cur).into_owned();
-    let fence: u64 = cur
-        .split(':')
-        .nth(2)
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(not_a_lease)?;
+    let fence = lease_fence(&cur).ok_or_else(not_a_lease)?.to_owned();
     let ttl = int_arg(args, 1)? as u64;
     let retention = int_arg(args, 3)? as u64;
-    let lease = format_lease(now_us(db) / 1000 + ttl, fence, &args[2]);
+    let lease = format!("{LEASE_PREFIX}{}:{fence}:{}", now_us(db) / 1000 + ttl, args[2]);
     db.set(lock, lease.clone(), Some(Duration::from_millis(ttl)));
+    let number = |digits: &str| digits.parse::<f64>().unwrap_or(f64::INFINITY);
     let keep = match last {
-        Some(last) if last.parse::<f64>().unwrap_or(0.0) >= fence as f64 => last,
-        _ => fence.to_string(),
+        Some(last) if number(&last) >= number(&fence) => last,
+        _ => fence,
     };
     db.set(
         fence_key,
@@ -53,4 +51,11 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         Some(Duration::from_millis(ttl + retention)),
     );
     Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+}
+
+/// The fence digits of a stored lease, as `string.match(cur, '^tl1:%d+:(%d+):')` finds them.
+fn lease_fence(cur: &str) -> Option<&str> {
+    let (expiry, rest) = cur.strip_prefix(LEASE_PREFIX)?.split_once(':')?;
+    let (fence, _nonce) = rest.split_once(':')?;
+    (all_digits(expiry.as_bytes()) && all_digits(fence.as_bytes())).then_some(fence)
 }

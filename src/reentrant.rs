@@ -100,6 +100,10 @@ type Slots<S> = HashMap<String, Arc<Slot<S>>>;
 pub struct ReentrantLock<S: Store> {
     locks: ExpireLock<S>,
     threads: Arc<ThreadLocal<RefCell<Slots<S>>>>,
+    /// This client's identity (shared by clones, like `threads`). An [`Owner`]'s holds are
+    /// keyed by it as well as by the lock key: holding `x` through one client (say, one server)
+    /// must not make the owner a holder of `x` through another, which would skip the server.
+    client: u64,
 }
 
 impl<S: Store> Clone for ReentrantLock<S> {
@@ -107,6 +111,7 @@ impl<S: Store> Clone for ReentrantLock<S> {
         ReentrantLock {
             locks: self.locks.clone(),
             threads: self.threads.clone(),
+            client: self.client,
         }
     }
 }
@@ -120,9 +125,11 @@ impl<S: Store> fmt::Debug for ReentrantLock<S> {
 impl<S: Store> ReentrantLock<S> {
     /// Reentrant locks over `locks` (its options decide lease, watchdog and waiting).
     pub fn new(locks: ExpireLock<S>) -> Self {
+        static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
         ReentrantLock {
             locks,
             threads: Arc::new(ThreadLocal::new()),
+            client: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -148,7 +155,7 @@ impl<S: Store> ReentrantLock<S> {
         if let Some(slot) = existing {
             if slot.reenter()? {
                 return Ok(ReentrantGuard {
-                    slot,
+                    slot: Some(slot),
                     _not_send: PhantomData,
                 });
             }
@@ -157,7 +164,7 @@ impl<S: Store> ReentrantLock<S> {
         let slot = Slot::new(guard);
         slots.borrow_mut().insert(name.to_owned(), slot.clone());
         Ok(ReentrantGuard {
-            slot,
+            slot: Some(slot),
             _not_send: PhantomData,
         })
     }
@@ -181,19 +188,25 @@ impl<S: Store> ReentrantLock<S> {
     ///
     /// As [`ExpireLock::lock`]; a cancelled re-entry changes nothing.
     pub async fn lock(&self, owner: &Owner, name: &str) -> Result<OwnedReentrantGuard<S>> {
-        let key = self.locks.keys(name)?.lock;
-        let existing = owner.slots::<S>().lock().get(&key).cloned();
+        // Keyed by client as well as by name (see `client`); looked up without allocating.
+        let existing = owner
+            .with_slots::<S, _>(|slots| slots.get(&self.client).and_then(|s| s.get(name)).cloned());
         if let Some(slot) = existing {
             if slot.reenter()? {
-                return Ok(OwnedReentrantGuard { slot });
+                return Ok(OwnedReentrantGuard { slot: Some(slot) });
             }
         }
         // Owners are meant to be used from one task at a time; if two futures of one owner race
         // here, each acquires in turn (the second waits for the first's release).
         let guard = self.locks.lock(name).await?;
         let slot = Slot::new(guard);
-        owner.slots::<S>().lock().insert(key, slot.clone());
-        Ok(OwnedReentrantGuard { slot })
+        owner.with_slots::<S, _>(|slots| {
+            slots
+                .entry(self.client)
+                .or_default()
+                .insert(name.to_owned(), slot.clone())
+        });
+        Ok(OwnedReentrantGuard { slot: Some(slot) })
     }
 }
 
@@ -201,27 +214,32 @@ impl<S: Store> ReentrantLock<S> {
 /// in the background; [`release`](Self::release) reports the outcome.
 #[must_use = "the hold is given up as soon as the guard is dropped"]
 pub struct ReentrantGuard<S: Store> {
-    slot: Arc<Slot<S>>,
+    /// Taken by `release`, so `Drop` does not leave a level twice.
+    slot: Option<Arc<Slot<S>>>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<S: Store> fmt::Debug for ReentrantGuard<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReentrantGuard")
-            .field("depth", &*self.slot.depth.lock())
+            .field("depth", &*self.slot().depth.lock())
             .finish()
     }
 }
 
 impl<S: Store> ReentrantGuard<S> {
+    fn slot(&self) -> &Slot<S> {
+        self.slot.as_ref().expect("present until release")
+    }
+
     /// The fencing token of the hold.
     pub fn fence(&self) -> Option<u64> {
-        self.slot.fence()
+        self.slot().fence()
     }
 
     /// Whether the lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.slot.is_lost()
+        self.slot().is_lost()
     }
 
     /// Leave one level; on the last, release the lock and report it (`None` while outer levels
@@ -235,9 +253,8 @@ impl<S: Store> ReentrantGuard<S> {
     ///
     /// When the final release is called from inside an async runtime.
     #[track_caller]
-    pub fn release(self) -> Result<Option<Unlock>> {
-        let last = self.slot.exit();
-        std::mem::forget(self);
+    pub fn release(mut self) -> Result<Option<Unlock>> {
+        let last = self.slot.take().and_then(|slot| slot.exit());
         last.map(LockGuard::blocking_release).transpose()
     }
 }
@@ -246,7 +263,9 @@ impl<S: Store> Drop for ReentrantGuard<S> {
     fn drop(&mut self) {
         // The real guard's Drop releases in the background; it never blocks and never touches
         // thread-locals, so this is safe in a thread's TLS destructors too.
-        drop(self.slot.exit());
+        if let Some(slot) = self.slot.take() {
+            drop(slot.exit());
+        }
     }
 }
 
@@ -255,6 +274,7 @@ impl<S: Store> Drop for ReentrantGuard<S> {
 #[derive(Clone)]
 pub struct Owner {
     id: u64,
+    /// client id (see [`ReentrantLock`]) → name → hold; typed by the store on first use.
     slots: Arc<Mutex<Option<Box<dyn std::any::Any + Send + Sync>>>>,
 }
 
@@ -285,39 +305,44 @@ impl Owner {
         self.id
     }
 
-    fn slots<S: Store>(&self) -> Arc<Mutex<Slots<S>>> {
+    fn with_slots<S: Store, T>(&self, f: impl FnOnce(&mut HashMap<u64, Slots<S>>) -> T) -> T {
         let mut any = self.slots.lock();
-        let entry = any.get_or_insert_with(|| Box::new(Arc::new(Mutex::new(Slots::<S>::new()))));
-        entry
-            .downcast_ref::<Arc<Mutex<Slots<S>>>>()
-            .expect("an Owner is used with one store type")
-            .clone()
+        let entry = any.get_or_insert_with(|| Box::new(HashMap::<u64, Slots<S>>::new()));
+        let slots = entry
+            .downcast_mut::<HashMap<u64, Slots<S>>>()
+            .expect("an Owner is used with locks of one store type");
+        f(slots)
     }
 }
 
 /// An [`Owner`]'s hold on a reentrant lock; `Send`.
 #[must_use = "the hold is given up as soon as the guard is dropped"]
 pub struct OwnedReentrantGuard<S: Store> {
-    slot: Arc<Slot<S>>,
+    /// Taken by `release`, so `Drop` does not leave a level twice.
+    slot: Option<Arc<Slot<S>>>,
 }
 
 impl<S: Store> fmt::Debug for OwnedReentrantGuard<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OwnedReentrantGuard")
-            .field("depth", &*self.slot.depth.lock())
+            .field("depth", &*self.slot().depth.lock())
             .finish()
     }
 }
 
 impl<S: Store> OwnedReentrantGuard<S> {
+    fn slot(&self) -> &Slot<S> {
+        self.slot.as_ref().expect("present until release")
+    }
+
     /// The fencing token of the hold.
     pub fn fence(&self) -> Option<u64> {
-        self.slot.fence()
+        self.slot().fence()
     }
 
     /// Whether the lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.slot.is_lost()
+        self.slot().is_lost()
     }
 
     /// Leave one level; on the last, release the lock and report it (`None` while outer levels
@@ -326,9 +351,8 @@ impl<S: Store> OwnedReentrantGuard<S> {
     /// # Errors
     ///
     /// Store errors on the final release (the owner's entry is already gone then).
-    pub async fn release(self) -> Result<Option<Unlock>> {
-        let last = self.slot.exit();
-        std::mem::forget(self);
+    pub async fn release(mut self) -> Result<Option<Unlock>> {
+        let last = self.slot.take().and_then(|slot| slot.exit());
         match last {
             Some(guard) => Ok(Some(guard.release().await?)),
             None => Ok(None),
@@ -338,6 +362,8 @@ impl<S: Store> OwnedReentrantGuard<S> {
 
 impl<S: Store> Drop for OwnedReentrantGuard<S> {
     fn drop(&mut self) {
-        drop(self.slot.exit());
+        if let Some(slot) = self.slot.take() {
+            drop(slot.exit());
+        }
     }
 }

@@ -13,7 +13,7 @@ use tairlock::clock::{SharedClock, SystemClock, TokioClock};
 use tairlock::{ExpireLock, Keyspace, MemoryStore, Options, RedisStore};
 use tairlock_cli::admin::{self, InspectReport};
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
-use tairlock_cli::run;
+use tairlock_cli::{bench, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,6 +31,9 @@ enum Command {
     /// Contending clients run each lock algorithm under stalls, crashes and clock skew; a table
     /// counts overlaps, foreign deletions, stale writes and stuck locks.
     Race(RaceArgs),
+    /// Throughput and latency of each primitive as ratios to the round-trip floor measured in
+    /// the same run.
+    Bench(BenchArgs),
     /// Show a lock's holder, expiry, remaining time and fencing token.
     Inspect(KeyArgs),
     /// Run a command while holding a lock (watchdog on); the command is stopped if the lease is
@@ -73,6 +76,22 @@ struct RaceArgs {
     /// Run against this Redis server (real time) instead of the embedded store (virtual time).
     #[arg(long)]
     redis: Option<String>,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Bench this Redis server (nothing is started); the embedded store otherwise.
+    #[arg(long)]
+    redis: Option<String>,
+    /// How long each timed scenario runs.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    duration: Duration,
+    /// Scenario to run (repeatable); all by default.
+    #[arg(long = "scenario")]
+    scenarios: Vec<String>,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
@@ -151,6 +170,7 @@ fn main() -> ExitCode {
         Command::Race(args) => race_command(args),
         Command::Inspect(args) => admin_command(args, false),
         Command::Run(args) => run_command(args),
+        Command::Bench(args) => bench_command(args),
         Command::Unlock { force, key } => {
             if !force {
                 eprintln!(
@@ -299,6 +319,59 @@ fn split_key(key: &str, default_prefix: &str) -> (String, String) {
         );
     }
     (default_prefix.to_owned(), key.to_owned())
+}
+
+fn bench_command(args: BenchArgs) -> ExitCode {
+    if let Some(bad) = args
+        .scenarios
+        .iter()
+        .find(|s| !bench::SCENARIOS.contains(&s.as_str()))
+    {
+        eprintln!(
+            "tairlock: unknown bench scenario {bad:?}; expected one of {}",
+            bench::SCENARIOS.join(", ")
+        );
+        return ExitCode::from(2);
+    }
+    let config = bench::BenchConfig {
+        duration: args.duration,
+        only: args.scenarios,
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let rows = rt.block_on(async {
+        match &args.redis {
+            Some(url) => {
+                let store = RedisStore::connect(url).await?;
+                bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
+            }
+            None => {
+                bench::run(
+                    bench::Counted::new(MemoryStore::new()),
+                    &config,
+                    bench::progress_bar,
+                )
+                .await
+            }
+        }
+    });
+    eprintln!();
+    match rows {
+        Ok(rows) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).expect("serialise")
+                );
+            } else {
+                print!("{}", bench::table(&rows));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tairlock bench: {e}");
+            ExitCode::from(4)
+        }
+    }
 }
 
 fn run_command(args: RunArgs) -> ExitCode {

@@ -45,8 +45,8 @@
 pub mod blocking;
 pub mod clock;
 mod error;
-mod expire_lock;
-mod guard;
+pub mod expire_lock;
+pub mod guard;
 pub mod keys;
 mod lease;
 pub mod notify;
@@ -55,10 +55,12 @@ pub mod script;
 pub mod scripts;
 pub mod store;
 mod sync;
-mod wait;
+pub mod wait;
 
 pub use crate::error::{Error, ErrorKind, Result};
-pub use crate::expire_lock::{Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock, ttl_ms};
+pub use crate::expire_lock::{
+    Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock, ttl_ms,
+};
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};

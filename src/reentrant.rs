@@ -11,7 +11,7 @@
 //! Async code must not use the thread as the owner (tasks move between threads, and futures
 //! joined in one task share it), nor a task id: hence the explicit handle.
 //!
-//! Re-entry is refused with [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) once the
+//! Re-entry is refused with [`ErrorKind::LeaseLost`] once the
 //! lease is lost (its watchdog found it gone, or its local deadline passed). The map entry is
 //! removed *before* the final release is sent, so a failed release never leaves it claiming
 //! ownership; the lease's TTL frees the lock then.

@@ -120,7 +120,8 @@ struct Entry {
     expires_at: Option<u64>,
 }
 
-/// The embedded keyspace. See the [module docs](self).
+/// The embedded keyspace: what native bodies run on. Every method mirrors one Redis command,
+/// with the same replies, errors and expiry rule; time is frozen for one command or script.
 #[derive(Debug, Default)]
 pub struct Db {
     entries: HashMap<String, Entry>,

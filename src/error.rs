@@ -142,10 +142,20 @@ impl From<redis::RedisError> for Error {
             (Some(code), Some(detail)) => format!("{code} {detail}"),
             _ => err.to_string(),
         };
+        // A server that rejects a command echoes its first arguments ("... with args beginning
+        // with: 'sha' '1' 'key' 'tl1:...'"); for unlock and renew that is the lease, the
+        // credential. Never carry it into messages and logs.
+        let (message, source) = match message.find("with args beginning with") {
+            Some(at) => (
+                format!("{}with args beginning with: (redacted)", &message[..at]),
+                None,
+            ),
+            None => (message, Some(err)),
+        };
         Error {
             kind,
             message,
-            source: Some(err),
+            source,
         }
     }
 }
@@ -158,6 +168,19 @@ mod tests {
     fn error_is_send_sync_static() {
         fn assert<T: Send + Sync + 'static + std::error::Error>() {}
         assert::<Error>();
+    }
+
+    #[test]
+    fn rejected_command_arguments_are_not_echoed() {
+        let err = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "unknown command 'EVALSHA', with args beginning with: 'abc' '1' 'k' 'tl1:1:2:secretnonce'".to_owned(),
+        ));
+        let ours = Error::from(err);
+        assert!(!ours.to_string().contains("secretnonce"), "{ours}");
+        assert!(ours.to_string().contains("(redacted)"), "{ours}");
+        assert!(!format!("{ours:?}").contains("secretnonce"), "{ours:?}");
     }
 
     #[test]

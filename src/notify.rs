@@ -143,10 +143,8 @@ impl Notifier {
             name: channel.to_owned(),
             notifier: self.clone(),
         };
-        if first {
-            if let Some(redis) = &self.inner.redis {
-                redis.subscribe(channel).await?;
-            }
+        if first && let Some(redis) = &self.inner.redis {
+            redis.subscribe(channel).await?;
         }
         Ok(watch)
     }
@@ -183,10 +181,10 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if self.notifier.inner.hub.leave(&self.name) {
-            if let Some(redis) = &self.notifier.inner.redis {
-                redis.unsubscribe(&self.name, self.notifier.inner.hub.clone());
-            }
+        if self.notifier.inner.hub.leave(&self.name)
+            && let Some(redis) = &self.notifier.inner.redis
+        {
+            redis.unsubscribe(&self.name, self.notifier.inner.hub.clone());
         }
     }
 }

@@ -152,13 +152,13 @@ impl<S: Store> ReentrantLock<S> {
     pub fn blocking_lock(&self, name: &str) -> Result<ReentrantGuard<S>> {
         let slots = self.threads.get_or(|| RefCell::new(HashMap::new()));
         let existing = slots.borrow().get(name).cloned();
-        if let Some(slot) = existing {
-            if slot.reenter()? {
-                return Ok(ReentrantGuard {
-                    slot: Some(slot),
-                    _not_send: PhantomData,
-                });
-            }
+        if let Some(slot) = existing
+            && slot.reenter()?
+        {
+            return Ok(ReentrantGuard {
+                slot: Some(slot),
+                _not_send: PhantomData,
+            });
         }
         let guard = self.locks.blocking_lock(name)?;
         let slot = Slot::new(guard);
@@ -191,10 +191,10 @@ impl<S: Store> ReentrantLock<S> {
         // Keyed by client as well as by name (see `client`); looked up without allocating.
         let existing = owner
             .with_slots::<S, _>(|slots| slots.get(&self.client).and_then(|s| s.get(name)).cloned());
-        if let Some(slot) = existing {
-            if slot.reenter()? {
-                return Ok(OwnedReentrantGuard { slot: Some(slot) });
-            }
+        if let Some(slot) = existing
+            && slot.reenter()?
+        {
+            return Ok(OwnedReentrantGuard { slot: Some(slot) });
         }
         // Owners are meant to be used from one task at a time; if two futures of one owner race
         // here, each acquires in turn (the second waits for the first's release).

@@ -30,8 +30,10 @@ use crate::store::Store;
 /// How [`ExpireLock::lock`] and friends wait for a busy lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
+#[derive(Default)]
 pub enum WaitStrategy {
     /// Sleep until a release is announced or the holder's lease runs out.
+    #[default]
     Notify,
     /// Poll with jittered exponential back-off from `min` to `max`, never past the holder's
     /// remaining time.
@@ -41,12 +43,6 @@ pub enum WaitStrategy {
         /// Back-off cap.
         max: Duration,
     },
-}
-
-impl Default for WaitStrategy {
-    fn default() -> Self {
-        WaitStrategy::Notify
-    }
 }
 
 /// Per-client local state: one FIFO queue (a fair async mutex) per lock name being waited for.
@@ -128,34 +124,50 @@ impl<S: Store> ExpireLock<S> {
         let keys = self.keys(name)?;
         let queue = self.local.queue(name);
         let result = async {
-            let _turn = match patience {
-                Patience::Until(deadline) => {
-                    match tokio::time::timeout_at(deadline, queue.lock()).await {
-                        Ok(turn) => turn,
-                        Err(_) => return Ok(None),
+            // Whether this acquire waits by notification. The channel is watched (subscribed)
+            // only when there is something to wait for: an uncontended acquire is one round
+            // trip, with no SUBSCRIBE/UNSUBSCRIBE around it (DESIGN.md §10).
+            let notify = matches!(self.options().wait, WaitStrategy::Notify)
+                && !matches!(patience, Patience::Once);
+            let mut watch = None;
+            let mut watch_tried = false;
+            let mut attempted_once = false;
+            let _turn = match queue.try_lock() {
+                Ok(turn) => turn,
+                // A local waiter is ahead: the lock is busy as far as we are concerned.
+                Err(_) if patience == Patience::Once => return Ok(None),
+                Err(_) => {
+                    // Local contention: watch the channel while queued, so the subscription
+                    // lives as long as anyone here waits, and N local waiters cost one
+                    // SUBSCRIBE per burst instead of a SUBSCRIBE/UNSUBSCRIBE per handoff.
+                    if notify {
+                        watch = self.watch_channel(&keys.channel).await;
+                        watch_tried = true;
+                    }
+                    match patience {
+                        Patience::Until(deadline) => {
+                            match tokio::time::timeout_at(deadline, queue.lock()).await {
+                                Ok(turn) => turn,
+                                Err(_) => return Ok(None),
+                            }
+                        }
+                        _ => queue.lock().await,
                     }
                 }
-                Patience::Once => match queue.try_lock() {
-                    Ok(turn) => turn,
-                    // A local waiter is ahead: the lock is busy as far as we are concerned.
-                    Err(_) => return Ok(None),
-                },
-                Patience::Forever => queue.lock().await,
-            };
-            let watch = match (self.options().wait, patience) {
-                (WaitStrategy::Notify, Patience::Until(_) | Patience::Forever) => {
-                    match self.store().notifier().await {
-                        Some(n) => n.watch(&keys.channel).await.ok(),
-                        None => None,
-                    }
-                }
-                _ => None,
             };
             let mut backoff = match self.options().wait {
                 WaitStrategy::Poll { min, .. } => min,
                 WaitStrategy::Notify => Duration::from_millis(10),
             };
             loop {
+                if notify && !watch_tried && attempted_once {
+                    // The first attempt failed without a subscription: subscribe now, then
+                    // try again at once before waiting (the loop's next attempt), so a release
+                    // between that attempt and the subscription is not missed.
+                    watch = self.watch_channel(&keys.channel).await;
+                    watch_tried = true;
+                }
+                attempted_once = true;
                 let notified = watch.as_ref().map(|w| w.notified());
                 let mut notified = pin!(notified);
                 if let Some(n) = notified.as_mut().as_pin_mut() {
@@ -195,6 +207,10 @@ impl<S: Store> ExpireLock<S> {
                     backoff = (backoff * 2).clamp(min, max);
                 }
                 let until = until.min(wake);
+                if notify && !watch_tried {
+                    // Subscribe and retry at once (top of the loop) instead of sleeping.
+                    continue;
+                }
                 match notified.as_mut().as_pin_mut() {
                     Some(n) => {
                         tokio::select! {
@@ -209,6 +225,14 @@ impl<S: Store> ExpireLock<S> {
         .await;
         self.local.forget(name, queue);
         result
+    }
+
+    /// Watch the release channel, if the store has a notifier and the subscription works.
+    async fn watch_channel(&self, channel: &str) -> Option<crate::notify::Watch> {
+        match self.store().notifier().await {
+            Some(n) => n.watch(channel).await.ok(),
+            None => None,
+        }
     }
 
     async fn guard(

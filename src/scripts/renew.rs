@@ -38,7 +38,11 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let fence = lease_fence(&cur).ok_or_else(not_a_lease)?.to_owned();
     let ttl = int_arg(args, 1)? as u64;
     let retention = int_arg(args, 3)? as u64;
-    let lease = format!("{LEASE_PREFIX}{}:{fence}:{}", now_us(db) / 1000 + ttl, args[2]);
+    let lease = format!(
+        "{LEASE_PREFIX}{}:{fence}:{}",
+        now_us(db) / 1000 + ttl,
+        args[2]
+    );
     db.set(lock, lease.clone(), Some(Duration::from_millis(ttl)));
     let number = |digits: &str| digits.parse::<f64>().unwrap_or(f64::INFINITY);
     let keep = match last {

@@ -30,6 +30,9 @@ pub struct RedisOptions {
     pub connection_timeout: Duration,
     /// How many times the manager retries a reconnect before giving up until the next command.
     pub reconnect_retries: usize,
+    /// The longest pause between two reconnect attempts (they back off exponentially from
+    /// 50 ms). With the defaults a dead server is reported in well under a second.
+    pub reconnect_max_delay: Duration,
 }
 
 impl Default for RedisOptions {
@@ -37,7 +40,8 @@ impl Default for RedisOptions {
         RedisOptions {
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(2),
-            reconnect_retries: 6,
+            reconnect_retries: 3,
+            reconnect_max_delay: Duration::from_millis(400),
         }
     }
 }
@@ -85,8 +89,18 @@ impl RedisStore {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(options.response_timeout))
             .set_connection_timeout(Some(options.connection_timeout))
-            .set_number_of_retries(options.reconnect_retries);
-        let con = ConnectionManager::new_with_config(client.clone(), config).await?;
+            .set_number_of_retries(options.reconnect_retries)
+            .set_min_delay(Duration::from_millis(50))
+            .set_max_delay(options.reconnect_max_delay);
+        let con = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(|e| {
+                let e = Error::from(e);
+                Error::new(
+                    e.kind(),
+                    format!("cannot connect to {}: {}", redact(url), e.message()),
+                )
+            })?;
         Ok(RedisStore {
             con,
             runtime: tokio::runtime::Handle::current(),

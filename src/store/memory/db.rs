@@ -386,10 +386,10 @@ impl Db {
         field: &[u8],
         value: impl Into<Vec<u8>>,
     ) -> CommandResult<bool> {
-        if let Some(Entry { value: v, .. }) = self.live(key) {
-            if !matches!(v, Value::Hash(_)) {
-                return Err(CommandError::wrong_type());
-            }
+        if let Some(Entry { value: v, .. }) = self.live(key)
+            && !matches!(v, Value::Hash(_))
+        {
+            return Err(CommandError::wrong_type());
         }
         let h = self.hash(key, true)?.expect("created");
         Ok(h.insert(field.to_vec(), value.into()).is_none())

@@ -1,0 +1,681 @@
+//! Differential test (DESIGN.md §3, §11): random sequences of operations run on a [`MemoryStore`]
+//! and on a real Redis server must behave identically.
+//!
+//! Each case is a sequence of up to 40 operations over a tiny key set (two locks, `a` and `b`,
+//! with their lock and fence keys, plus two plain keys), mixing the expire lock's operations
+//! (through [`ExpireLock`], and the acquire and renew scripts called directly with fixed nonces
+//! and raw lease strings), and plain commands that put a user's strings, counters, hashes and lists
+//! under any of those keys. Every operation runs on both stores, one after the other, and the two
+//! normalised outcomes must be equal. One `redis-server` serves the whole test (`FLUSHALL` between
+//! cases); the memory store is fresh per case.
+//!
+//! # Normalisation (what is compared, and what is not)
+//!
+//! The stores legitimately differ in two things only, and only those are abstracted away:
+//!
+//! - **Time.** Redis reads its own clock; the memory store runs on a virtual clock that starts at
+//!   the real time and advances 1 ms per operation (so that, as on a real server, no two
+//!   operations happen at the same instant). Expiry timestamps inside leases therefore differ,
+//!   and are not compared. Fencing tokens (and any other number ≥ 10¹², i.e. derived from the
+//!   clock in µs: a fence key's value, INCR on a fence key) are compared by *identity*: each
+//!   store maps every such number to the order in which it first appeared, so "the same token as
+//!   step k" and "a token never seen before" are compared exactly, the numbers themselves are not.
+//!   Small numbers (counters, user values) are compared exactly. TTLs are all long (≥ 30 s) so
+//!   nothing expires within a case, and TTLs are compared by class (missing / persistent /
+//!   expiring); a holder's remaining time by class (zero / positive).
+//! - **Nonces.** [`ExpireLock`] draws random nonces, so leases are compared by identity too: each
+//!   store numbers lease values in order of first appearance. An operation that refers to "the
+//!   k-th lease seen" uses each store's own k-th lease (the tables have equal length as long as
+//!   the stores agreed so far). Directly called scripts use fixed nonces, compared exactly.
+//!
+//! Everything else is compared exactly: outcome variants, error kinds *and* messages, which key
+//! holds what, `TYPE`, values of user data, inspect snapshots. In addition each store must, on its
+//! own, issue strictly increasing fencing tokens per lock across grants.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use support::RedisServer;
+use tairlock::clock::{Clock, SystemClock, VirtualClock};
+use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW};
+use tairlock::{
+    Acquire, ErrorKind, ExpireLock, Inspection, Lease, MemoryStore, RedisStore, Renew, Reply,
+    Result, Store, Ttl, Unlock,
+};
+
+const NAMES: [&str; 2] = ["a", "b"];
+const KEYS: [&str; 6] = [
+    "tairlock:{a}",
+    "tairlock:{a}:fence",
+    "tairlock:{b}",
+    "tairlock:{b}:fence",
+    "plain:x",
+    "plain:y",
+];
+/// Values users put under keys: text, counters, the empty string, i64::MAX, lease look-alikes
+/// (malformed ones, and a well-formed lease with fence 7 and nonce `ab`).
+const VALUES: [&str; 9] = [
+    "abc",
+    "5",
+    "-3",
+    "",
+    "9223372036854775807",
+    "tl1:bogus",
+    "tl1:1:7:ab",
+    "tl1:1:x:ab",
+    "12345678901234567890123",
+];
+/// Leases nobody was granted (the first equals one of [`VALUES`]).
+const BOGUS: [&str; 2] = ["tl1:1:7:ab", "tl1:1:1:ffff"];
+/// Fixed nonces for direct script calls (`ab` matches the look-alike lease in [`VALUES`]).
+const NONCES: [&str; 3] = ["aa", "bb", "ab"];
+const TTLS_S: [u64; 2] = [30, 60];
+const RETENTION_MS: u64 = 60_000;
+/// Numbers at least this large come from a clock in µs: compared by identity.
+const TIME_LIKE: i128 = 1_000_000_000_000;
+
+#[derive(Debug, Clone)]
+enum LeaseRef {
+    /// The lease value seen last.
+    Latest,
+    /// The k-th lease value seen in this case (modulo how many there are).
+    Seen(usize),
+    /// One of [`BOGUS`].
+    Bogus(usize),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Lock {
+        name: usize,
+        ttl: usize,
+    },
+    LockScript {
+        name: usize,
+        nonce: usize,
+    },
+    Unlock {
+        name: usize,
+        lease: LeaseRef,
+    },
+    UnlockScript {
+        name: usize,
+        value: usize,
+    },
+    Renew {
+        name: usize,
+        lease: LeaseRef,
+        ttl: usize,
+    },
+    RenewScript {
+        name: usize,
+        value: usize,
+        nonce: usize,
+    },
+    ForceUnlock {
+        name: usize,
+    },
+    Inspect {
+        name: usize,
+    },
+    Get {
+        key: usize,
+    },
+    Set {
+        key: usize,
+        value: usize,
+    },
+    SetNx {
+        key: usize,
+        value: usize,
+    },
+    SetNxPx {
+        key: usize,
+        value: usize,
+    },
+    GetSet {
+        key: usize,
+        value: usize,
+    },
+    GetDel {
+        key: usize,
+    },
+    Del {
+        key: usize,
+    },
+    Incr {
+        key: usize,
+    },
+    Decr {
+        key: usize,
+    },
+    Expire {
+        key: usize,
+        seconds: u64,
+    },
+    PExpire {
+        key: usize,
+    },
+    Pttl {
+        key: usize,
+    },
+    Type {
+        key: usize,
+    },
+    HSet {
+        key: usize,
+    },
+    RPush {
+        key: usize,
+    },
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let name = 0..NAMES.len();
+    let key = 0..KEYS.len();
+    let value = 0..VALUES.len();
+    let lease = prop_oneof![
+        2 => Just(LeaseRef::Latest),
+        2 => (0..6usize).prop_map(LeaseRef::Seen),
+        1 => (0..BOGUS.len()).prop_map(LeaseRef::Bogus),
+    ];
+    prop_oneof![
+        6 => (name.clone(), 0..TTLS_S.len()).prop_map(|(name, ttl)| Op::Lock { name, ttl }),
+        2 => (name.clone(), 0..NONCES.len()).prop_map(|(name, nonce)| Op::LockScript { name, nonce }),
+        4 => (name.clone(), lease.clone()).prop_map(|(name, lease)| Op::Unlock { name, lease }),
+        1 => (name.clone(), value.clone()).prop_map(|(name, value)| Op::UnlockScript { name, value }),
+        3 => (name.clone(), lease, 0..TTLS_S.len()).prop_map(|(name, lease, ttl)| Op::Renew { name, lease, ttl }),
+        1 => (name.clone(), value.clone(), 0..NONCES.len())
+            .prop_map(|(name, value, nonce)| Op::RenewScript { name, value, nonce }),
+        1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
+        2 => name.prop_map(|name| Op::Inspect { name }),
+        2 => key.clone().prop_map(|key| Op::Get { key }),
+        2 => (key.clone(), value.clone()).prop_map(|(key, value)| Op::Set { key, value }),
+        1 => (key.clone(), value.clone()).prop_map(|(key, value)| Op::SetNx { key, value }),
+        1 => (key.clone(), value.clone()).prop_map(|(key, value)| Op::SetNxPx { key, value }),
+        1 => (key.clone(), value).prop_map(|(key, value)| Op::GetSet { key, value }),
+        1 => key.clone().prop_map(|key| Op::GetDel { key }),
+        2 => key.clone().prop_map(|key| Op::Del { key }),
+        2 => key.clone().prop_map(|key| Op::Incr { key }),
+        1 => key.clone().prop_map(|key| Op::Decr { key }),
+        1 => (key.clone(), prop_oneof![Just(0u64), Just(100u64)]).prop_map(|(key, seconds)| Op::Expire { key, seconds }),
+        1 => key.clone().prop_map(|key| Op::PExpire { key }),
+        1 => key.clone().prop_map(|key| Op::Pttl { key }),
+        1 => key.clone().prop_map(|key| Op::Type { key }),
+        1 => key.clone().prop_map(|key| Op::HSet { key }),
+        1 => key.prop_map(|key| Op::RPush { key }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// normalised outcomes
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Num {
+    /// A small number, exactly.
+    Raw(i128),
+    /// A clock-derived number: the order of its first appearance.
+    Time(usize),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeaseN {
+    /// The order of the lease value's first appearance.
+    id: usize,
+    fence: Num,
+    nonce: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Val {
+    Lease(LeaseN),
+    Num(Num),
+    Bytes(Vec<u8>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TtlClass {
+    Missing,
+    Persistent,
+    Expires,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum R {
+    Nil,
+    Int(Num),
+    Val(Val),
+    Status(String),
+    Array(Vec<R>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Out {
+    Err(ErrorKind, String),
+    Acquired(LeaseN),
+    Held {
+        holder: LeaseN,
+        remaining_positive: bool,
+    },
+    Unlock(Unlock),
+    Renewed(LeaseN),
+    RenewNotHeld,
+    RenewHeldByOther,
+    Inspected {
+        key_type: String,
+        holder: Option<LeaseN>,
+        foreign: bool,
+        ttl: TtlClass,
+        last_fence: Option<Num>,
+    },
+    Bool(bool),
+    Value(Option<Val>),
+    Int(Num),
+    Unit,
+    Ttl(TtlClass),
+    Type(String),
+    Reply(R),
+}
+
+/// One store's identity tables (see the module docs).
+#[derive(Default)]
+struct Norm {
+    leases: Vec<String>,
+    times: Vec<i128>,
+    /// Highest fence granted per lock name, for the monotonicity invariant.
+    granted: HashMap<&'static str, u64>,
+}
+
+impl Norm {
+    fn num(&mut self, n: i128) -> Num {
+        if n.abs() < TIME_LIKE {
+            return Num::Raw(n);
+        }
+        match self.times.iter().position(|t| *t == n) {
+            Some(i) => Num::Time(i),
+            None => {
+                self.times.push(n);
+                Num::Time(self.times.len() - 1)
+            }
+        }
+    }
+
+    fn lease(&mut self, lease: &Lease) -> LeaseN {
+        let id = match self.leases.iter().position(|l| l == lease.value()) {
+            Some(i) => i,
+            None => {
+                self.leases.push(lease.value().to_owned());
+                self.leases.len() - 1
+            }
+        };
+        let nonce = lease.nonce();
+        LeaseN {
+            id,
+            fence: self.num(i128::from(lease.fence())),
+            // Fixed nonces are compared exactly; random ones are 32 hex digits.
+            nonce: (nonce.len() < 32).then(|| nonce.to_owned()),
+        }
+    }
+
+    fn val(&mut self, bytes: &[u8]) -> Val {
+        let text = std::str::from_utf8(bytes).ok();
+        if let Some(lease) = text.and_then(Lease::parse) {
+            return Val::Lease(self.lease(&lease));
+        }
+        match text.and_then(|t| t.parse::<i128>().ok()) {
+            Some(n) if n.abs() >= TIME_LIKE && n.to_string() == text.unwrap_or_default() => {
+                Val::Num(self.num(n))
+            }
+            _ => Val::Bytes(bytes.to_vec()),
+        }
+    }
+
+    fn reply(&mut self, reply: &Reply) -> R {
+        match reply {
+            Reply::Nil => R::Nil,
+            Reply::Int(i) => R::Int(self.num(i128::from(*i))),
+            Reply::Data(d) => R::Val(self.val(d)),
+            Reply::Status(s) => R::Status(s.clone()),
+            Reply::Array(items) => R::Array(items.iter().map(|i| self.reply(i)).collect()),
+        }
+    }
+
+    fn lease_ref(&self, r: &LeaseRef) -> Lease {
+        let value = match r {
+            LeaseRef::Latest => self.leases.last().map_or(BOGUS[1], String::as_str),
+            LeaseRef::Seen(k) if !self.leases.is_empty() => {
+                self.leases[k % self.leases.len()].as_str()
+            }
+            LeaseRef::Seen(k) => BOGUS[k % BOGUS.len()],
+            LeaseRef::Bogus(i) => BOGUS[*i],
+        };
+        Lease::parse(value).expect("tables hold parseable leases")
+    }
+
+    /// A grant of `lease` on `name`: its fence must exceed every earlier grant's on this store.
+    fn granted(&mut self, name: &'static str, lease: &Lease, store: &str) -> Result<(), String> {
+        if self.leases.iter().any(|l| l == lease.value()) || VALUES.contains(&lease.value()) {
+            // A retried grant answered with the lease the lock already holds (one seen before, or
+            // a lease look-alike a user wrote whose nonce matches): not a new grant.
+            return Ok(());
+        }
+        let last = self.granted.entry(name).or_insert(0);
+        if lease.fence() <= *last {
+            return Err(format!(
+                "{store}: fence {} granted on {name} after {last}: tokens must strictly increase",
+                lease.fence()
+            ));
+        }
+        *last = lease.fence();
+        Ok(())
+    }
+}
+
+fn ttl_class(ttl: Ttl) -> TtlClass {
+    match ttl {
+        Ttl::Missing => TtlClass::Missing,
+        Ttl::Persistent => TtlClass::Persistent,
+        Ttl::Expires(_) => TtlClass::Expires,
+    }
+}
+
+fn err(e: tairlock::Error) -> Out {
+    Out::Err(e.kind(), e.message().to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// one store under test
+
+/// Commands outside the [`Store`] contract, returning their errors like the contract does.
+trait Raw: Store {
+    async fn hset(&self, key: &str) -> Result<()>;
+    async fn rpush(&self, key: &str) -> Result<()>;
+}
+
+impl Raw for MemoryStore {
+    async fn hset(&self, key: &str) -> Result<()> {
+        self.atomically(|db| db.hset(key, b"field", "user data"))
+            .map(drop)
+            .map_err(Into::into)
+    }
+
+    async fn rpush(&self, key: &str) -> Result<()> {
+        self.atomically(|db| db.rpush(key, "item"))
+            .map(drop)
+            .map_err(Into::into)
+    }
+}
+
+impl Raw for RedisStore {
+    async fn hset(&self, key: &str) -> Result<()> {
+        self.command::<i64>(redis::cmd("HSET").arg(key).arg("field").arg("user data"))
+            .await
+            .map(drop)
+    }
+
+    async fn rpush(&self, key: &str) -> Result<()> {
+        self.command::<i64>(redis::cmd("RPUSH").arg(key).arg("item"))
+            .await
+            .map(drop)
+    }
+}
+
+async fn run_op<S: Raw>(
+    locks: &ExpireLock<S>,
+    norm: &mut Norm,
+    op: &Op,
+    label: &str,
+) -> Result<Out, String> {
+    let store = locks.store();
+    let out = match op {
+        Op::Lock { name, ttl } => match locks
+            .expire_lock(NAMES[*name], Duration::from_secs(TTLS_S[*ttl]))
+            .await
+        {
+            Ok(Acquire::Acquired(lease)) => {
+                norm.granted(NAMES[*name], &lease, label)?;
+                Out::Acquired(norm.lease(&lease))
+            }
+            Ok(Acquire::Held { holder, remaining }) => Out::Held {
+                holder: norm.lease(&holder),
+                remaining_positive: remaining > Duration::ZERO,
+            },
+            Err(e) => err(e),
+        },
+        Op::LockScript { name, nonce } => {
+            let keys = locks.keys(NAMES[*name]).unwrap().both();
+            let args = [
+                (TTLS_S[0] * 1000).to_string(),
+                NONCES[*nonce].to_owned(),
+                RETENTION_MS.to_string(),
+            ];
+            match store.eval(&EXPIRE_LOCK, &keys, &args).await {
+                Ok(reply) => {
+                    let items = reply.as_array().unwrap_or_default();
+                    if let (Some(Reply::Int(1)), Some(lease)) = (
+                        items.first(),
+                        items.get(1).and_then(Reply::as_str).and_then(Lease::parse),
+                    ) {
+                        norm.granted(NAMES[*name], &lease, label)?;
+                    }
+                    // {0, holder, pttl}: the pttl is time; keep its sign only.
+                    let reply = match items {
+                        [zero @ Reply::Int(0), holder, Reply::Int(pttl)] => Reply::Array(vec![
+                            zero.clone(),
+                            holder.clone(),
+                            Reply::Int(pttl.signum()),
+                        ]),
+                        _ => reply,
+                    };
+                    Out::Reply(norm.reply(&reply))
+                }
+                Err(e) => err(e),
+            }
+        }
+        Op::Unlock { name, lease } => {
+            let lease = norm.lease_ref(lease);
+            match locks.expire_unlock(NAMES[*name], &lease).await {
+                Ok(outcome) => Out::Unlock(outcome),
+                Err(e) => err(e),
+            }
+        }
+        Op::UnlockScript { name, value } => {
+            let keys = locks.keys(NAMES[*name]).unwrap();
+            match store
+                .eval(&EXPIRE_UNLOCK, &[keys.lock], &[VALUES[*value].to_owned()])
+                .await
+            {
+                Ok(reply) => Out::Reply(norm.reply(&reply)),
+                Err(e) => err(e),
+            }
+        }
+        Op::Renew { name, lease, ttl } => {
+            let lease = norm.lease_ref(lease);
+            match locks
+                .renew(NAMES[*name], &lease, Duration::from_secs(TTLS_S[*ttl]))
+                .await
+            {
+                Ok(Renew::Renewed(lease)) => Out::Renewed(norm.lease(&lease)),
+                Ok(Renew::NotHeld) => Out::RenewNotHeld,
+                Ok(Renew::HeldByOther) => Out::RenewHeldByOther,
+                Err(e) => err(e),
+            }
+        }
+        Op::RenewScript { name, value, nonce } => {
+            let keys = locks.keys(NAMES[*name]).unwrap().both();
+            let args = [
+                VALUES[*value].to_owned(),
+                (TTLS_S[1] * 1000).to_string(),
+                NONCES[*nonce].to_owned(),
+                RETENTION_MS.to_string(),
+            ];
+            match store.eval(&RENEW, &keys, &args).await {
+                Ok(reply) => Out::Reply(norm.reply(&reply)),
+                Err(e) => err(e),
+            }
+        }
+        Op::ForceUnlock { name } => match locks.force_unlock(NAMES[*name]).await {
+            Ok(deleted) => Out::Bool(deleted),
+            Err(e) => err(e),
+        },
+        Op::Inspect { name } => match locks.inspect(NAMES[*name]).await {
+            Ok(Inspection {
+                key_type,
+                holder,
+                foreign,
+                ttl,
+                last_fence,
+                ..
+            }) => Out::Inspected {
+                key_type,
+                holder: holder.map(|h| norm.lease(&h)),
+                foreign,
+                ttl: ttl_class(ttl),
+                last_fence: last_fence.map(|f| norm.num(i128::from(f))),
+            },
+            Err(e) => err(e),
+        },
+        Op::Get { key } => match store.get(KEYS[*key]).await {
+            Ok(v) => Out::Value(v.map(|v| norm.val(&v))),
+            Err(e) => err(e),
+        },
+        Op::Set { key, value } => match store.set(KEYS[*key], VALUES[*value].as_bytes()).await {
+            Ok(()) => Out::Unit,
+            Err(e) => err(e),
+        },
+        Op::SetNx { key, value } => match store.set_nx(KEYS[*key], VALUES[*value].as_bytes()).await
+        {
+            Ok(set) => Out::Bool(set),
+            Err(e) => err(e),
+        },
+        Op::SetNxPx { key, value } => {
+            match store
+                .set_nx_px(
+                    KEYS[*key],
+                    VALUES[*value].as_bytes(),
+                    Duration::from_secs(60),
+                )
+                .await
+            {
+                Ok(set) => Out::Bool(set),
+                Err(e) => err(e),
+            }
+        }
+        Op::GetSet { key, value } => {
+            match store.getset(KEYS[*key], VALUES[*value].as_bytes()).await {
+                Ok(v) => Out::Value(v.map(|v| norm.val(&v))),
+                Err(e) => err(e),
+            }
+        }
+        Op::GetDel { key } => match store.getdel(KEYS[*key]).await {
+            Ok(v) => Out::Value(v.map(|v| norm.val(&v))),
+            Err(e) => err(e),
+        },
+        Op::Del { key } => match store.del(KEYS[*key]).await {
+            Ok(existed) => Out::Bool(existed),
+            Err(e) => err(e),
+        },
+        Op::Incr { key } => match store.incr(KEYS[*key]).await {
+            Ok(n) => Out::Int(norm.num(i128::from(n))),
+            Err(e) => err(e),
+        },
+        Op::Decr { key } => match store.decr(KEYS[*key]).await {
+            Ok(n) => Out::Int(norm.num(i128::from(n))),
+            Err(e) => err(e),
+        },
+        Op::Expire { key, seconds } => match store.expire(KEYS[*key], *seconds).await {
+            Ok(existed) => Out::Bool(existed),
+            Err(e) => err(e),
+        },
+        Op::PExpire { key } => match store.pexpire(KEYS[*key], Duration::from_secs(90)).await {
+            Ok(existed) => Out::Bool(existed),
+            Err(e) => err(e),
+        },
+        Op::Pttl { key } => match store.pttl(KEYS[*key]).await {
+            Ok(ttl) => Out::Ttl(ttl_class(ttl)),
+            Err(e) => err(e),
+        },
+        Op::Type { key } => match store.key_type(KEYS[*key]).await {
+            Ok(t) => Out::Type(t),
+            Err(e) => err(e),
+        },
+        Op::HSet { key } => match store.hset(KEYS[*key]).await {
+            Ok(()) => Out::Unit,
+            Err(e) => err(e),
+        },
+        Op::RPush { key } => match store.rpush(KEYS[*key]).await {
+            Ok(()) => Out::Unit,
+            Err(e) => err(e),
+        },
+    };
+    Ok(out)
+}
+
+async fn run_case(
+    server: &RedisServer,
+    redis: &RedisStore,
+    ops: &[Op],
+) -> Result<(), TestCaseError> {
+    let _: () = redis
+        .command(&redis::cmd("FLUSHALL"))
+        .await
+        .map_err(|e| TestCaseError::fail(format!("FLUSHALL: {e}\n{}", server.log_section())))?;
+    let clock = VirtualClock::new(SystemClock.now());
+    let memory = ExpireLock::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let redis = ExpireLock::new(redis.clone());
+    let (mut on_memory, mut on_redis) = (Norm::default(), Norm::default());
+    let mut history = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        clock.advance(Duration::from_millis(1));
+        let m = run_op(&memory, &mut on_memory, op, "memory")
+            .await
+            .map_err(TestCaseError::fail)?;
+        let r = run_op(&redis, &mut on_redis, op, "redis")
+            .await
+            .map_err(TestCaseError::fail)?;
+        if let Out::Err(ErrorKind::Connection, message) = &r {
+            return Err(TestCaseError::fail(format!(
+                "redis connection failed at step {step}: {message}\n{}",
+                server.log_section()
+            )));
+        }
+        history.push(format!("{step:>2}: {op:?} -> {m:?}"));
+        if m != r {
+            return Err(TestCaseError::fail(format!(
+                "the stores disagree at step {step}: {op:?}\n  memory: {m:?}\n  redis:  {r:?}\nhistory:\n{}",
+                history.join("\n")
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn memory_and_redis_agree_on_random_operation_sequences() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let redis = runtime.block_on(server.store());
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(256);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&proptest::collection::vec(op_strategy(), 1..=40), |ops| {
+        runtime.block_on(run_case(&server, &redis, &ops))
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}

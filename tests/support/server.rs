@@ -1,0 +1,430 @@
+//! A real `redis-server` per test, on a free loopback port.
+//!
+//! - The binary is `$REDIS_SERVER_BIN`, else `redis-server` on `PATH`; a missing binary is a clear
+//!   failure naming the setup command (`bash scripts/test.sh`), never a silent skip.
+//! - The port is picked by binding `127.0.0.1:0` and dropping the listener; if another process
+//!   takes it before the server binds, the spawn is retried on a new port (up to 5 times).
+//! - No persistence (`--save "" --appendonly no`), log and working files in a private temp dir
+//!   that is removed on drop. The server is killed and reaped on drop.
+//! - Every failure that involves the server carries its log; when a test panics while a server is
+//!   alive, the tail of the log is printed as the server is dropped, so it lands in the test's
+//!   captured output.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How many times a spawn is retried when the chosen port was taken meanwhile.
+const SPAWN_ATTEMPTS: usize = 5;
+/// How long a spawned server may take to answer PING.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Lines of the server log shown when a test panics.
+const LOG_TAIL_LINES: usize = 40;
+
+static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A `redis-server` process owned by one test. See the [module docs](self).
+pub struct RedisServer {
+    bin: PathBuf,
+    port: u16,
+    args: Vec<String>,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl std::fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("args", &self.args)
+            .field("dir", &self.dir)
+            .field("running", &self.child.is_some())
+            .finish()
+    }
+}
+
+enum SpawnError {
+    /// The port was taken before the server could bind it.
+    PortTaken(String),
+}
+
+impl RedisServer {
+    /// A server with the default arguments.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with_args(&[])
+    }
+
+    /// A server with extra `redis-server` arguments, e.g. `["--rename-command", "EVAL", ""]`.
+    pub fn start_with_args(args: &[&str]) -> RedisServer {
+        let bin = redis_server_bin();
+        let dir = private_dir();
+        let mut server = RedisServer {
+            bin,
+            port: 0,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            dir,
+            child: None,
+        };
+        let mut taken = Vec::new();
+        for _ in 0..SPAWN_ATTEMPTS {
+            server.port = free_port();
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(SpawnError::PortTaken(why)) => {
+                    taken.push(format!("port {}: {why}", server.port))
+                }
+            }
+        }
+        panic!(
+            "could not start redis-server on a free port after {SPAWN_ATTEMPTS} attempts:\n{}\n{}",
+            taken.join("\n"),
+            server.log_section()
+        );
+    }
+
+    /// The port the server listens on (kept across [`restart`](Self::restart)).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A [`tairlock::RedisStore`] connected to this server (needs a tokio runtime).
+    pub async fn store(&self) -> tairlock::RedisStore {
+        match tairlock::RedisStore::connect(&self.url()).await {
+            Ok(store) => store,
+            Err(e) => panic!(
+                "cannot connect a RedisStore to {}: {e}\n{}",
+                self.url(),
+                self.log_section()
+            ),
+        }
+    }
+
+    /// Kill the server and reap it; the port and the temp dir are kept for a restart.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stop, then start again on the same port with the same arguments and wait for PING. With no
+    /// persistence the restarted server is empty, and it has forgotten every script.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut failures = Vec::new();
+        for attempt in 0..SPAWN_ATTEMPTS {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(SpawnError::PortTaken(why)) => {
+                    failures.push(why);
+                    std::thread::sleep(Duration::from_millis(100 * (attempt as u64 + 1)));
+                }
+            }
+        }
+        panic!(
+            "could not restart redis-server on port {}: {}\n{}",
+            self.port,
+            failures.join("; "),
+            self.log_section()
+        );
+    }
+
+    /// Whether the server process is running (not stopped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The server's log so far (its log file, plus anything it wrote to stdout/stderr).
+    pub fn log(&self) -> String {
+        let mut out = read_lossy(&self.dir.join("redis.log"));
+        for extra in ["stdout.log", "stderr.log"] {
+            let text = read_lossy(&self.dir.join(extra));
+            if !text.trim().is_empty() {
+                out.push_str(&format!("--- {extra} ---\n{text}"));
+            }
+        }
+        out
+    }
+
+    /// The log, framed for a failure message.
+    pub fn log_section(&self) -> String {
+        format!(
+            "--- redis-server log (port {}, dir {}) ---\n{}--- end of log ---",
+            self.port,
+            self.dir.display(),
+            self.log()
+        )
+    }
+
+    /// Panic with `message` and the server log.
+    #[track_caller]
+    pub fn fail(&self, message: impl std::fmt::Display) -> ! {
+        panic!("{message}\n{}", self.log_section())
+    }
+
+    /// Unwrap `result`, or panic naming `what` with the error and the server log.
+    #[track_caller]
+    pub fn check<T, E: std::fmt::Debug>(&self, result: Result<T, E>, what: &str) -> T {
+        match result {
+            Ok(value) => value,
+            Err(e) => self.fail(format!("{what}: {e:?}")),
+        }
+    }
+
+    /// Run one command on a fresh blocking connection and render the reply the way
+    /// `redis-cli -p PORT args...` prints it when its output is not a terminal (its "raw" mode),
+    /// without the final newline: bulk and status replies as text, integers in decimal, nil as an
+    /// empty string, arrays one element per line (nested arrays flattened), and an error reply as
+    /// its text (`ERR ...`, `WRONGTYPE ...`).
+    ///
+    /// Panics (with the server log) if the server cannot be reached.
+    pub fn cli(&self, args: &[&str]) -> String {
+        assert!(!args.is_empty(), "cli needs a command");
+        let client = self.check(redis::Client::open(self.url()), "bad redis url");
+        let mut con = self.check(
+            client.get_connection_with_timeout(Duration::from_secs(5)),
+            &format!("cli {args:?}: cannot connect to {}", self.url()),
+        );
+        let _ = con.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        match cmd.query::<redis::Value>(&mut con) {
+            Ok(value) => {
+                let mut lines = Vec::new();
+                render(&value, &mut lines);
+                lines.join("\n")
+            }
+            Err(e) if e.code().is_some() => match e.detail() {
+                Some(detail) => format!("{} {detail}", e.code().unwrap_or_default()),
+                None => e.code().unwrap_or_default().to_owned(),
+            },
+            Err(e) => self.fail(format!("cli {args:?} failed: {e}")),
+        }
+    }
+
+    fn spawn(&mut self) -> Result<(), SpawnError> {
+        let port = self.port.to_string();
+        let logfile = self.dir.join("redis.log");
+        let stdout = std::fs::File::create(self.dir.join("stdout.log")).expect("create stdout.log");
+        let stderr = std::fs::File::create(self.dir.join("stderr.log")).expect("create stderr.log");
+        let mut command = Command::new(&self.bin);
+        command
+            .arg("--port")
+            .arg(&port)
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--save")
+            .arg("")
+            .arg("--appendonly")
+            .arg("no")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--logfile")
+            .arg(&logfile)
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => panic!(
+                "cannot run {}: {e}\nInstall redis-server with `bash scripts/test.sh` (it installs \
+                 it via apt), or point REDIS_SERVER_BIN at a redis-server binary.",
+                self.bin.display()
+            ),
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = self.log();
+                if log.contains("Address already in use")
+                    || log.contains("Could not create server TCP")
+                {
+                    return Err(SpawnError::PortTaken(format!(
+                        "redis-server exited ({status}): port in use"
+                    )));
+                }
+                panic!(
+                    "redis-server exited during startup ({status}) with args {:?}\n{}",
+                    self.args,
+                    self.log_section()
+                );
+            }
+            if ping(self.port) {
+                // PONG from *some* server: make sure it is ours, not another test's server that
+                // took the port first (ours would then exit, failing to bind).
+                match server_pid(self.port) {
+                    Some(pid) if pid == child.id() => {
+                        self.child = Some(child);
+                        return Ok(());
+                    }
+                    Some(other) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(SpawnError::PortTaken(format!(
+                            "another redis-server (pid {other}) answers on the port"
+                        )));
+                    }
+                    None => {} // not answering INFO yet: poll again
+                }
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "redis-server on port {} did not answer PING within {READY_TIMEOUT:?}\n{}",
+                    self.port,
+                    self.log_section()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!(
+                "--- last {} lines of the redis-server log (port {}) ---\n{}\n--- end of log ---",
+                tail.len(),
+                self.port,
+                tail.join("\n")
+            );
+        }
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `$REDIS_SERVER_BIN`, else `redis-server` on `PATH`, else a clear failure.
+fn redis_server_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("REDIS_SERVER_BIN").filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        assert!(
+            bin.is_file(),
+            "REDIS_SERVER_BIN={} does not name a file; unset it to use redis-server from PATH, or \
+             run `bash scripts/test.sh` to install redis-server",
+            bin.display()
+        );
+        return bin;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("redis-server");
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "redis-server was not found on PATH and REDIS_SERVER_BIN is not set. The integration tests \
+         start their own redis-server; install it with `bash scripts/test.sh` (it installs \
+         redis-server via apt), or set REDIS_SERVER_BIN to a redis-server binary."
+    );
+}
+
+/// A port that was free a moment ago: bind port 0 on loopback and drop the listener.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// A fresh directory under the system temp dir, unique per process and per server.
+fn private_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tairlock-redis-{}-{}-{nanos}",
+        std::process::id(),
+        DIR_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// The `process_id` from `INFO server` of whatever answers on `port`.
+fn server_pid(port: u16) -> Option<u32> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream.write_all(b"INFO server\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while reply.len() < 1 << 16 {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(at) = text.find("process_id:") {
+            let rest = &text[at + "process_id:".len()..];
+            if let Some(end) = rest.find("\r\n") {
+                return rest[..end].trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
+/// One raw `PING` over TCP: true on `+PONG`.
+fn ping(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(n) => buf[..n].starts_with(b"+PONG"),
+        Err(_) => false,
+    }
+}
+
+fn read_lossy(path: &Path) -> String {
+    std::fs::read(path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default()
+}
+
+fn render(value: &redis::Value, lines: &mut Vec<String>) {
+    use redis::Value as V;
+    match value {
+        V::Nil => lines.push(String::new()),
+        V::Int(i) => lines.push(i.to_string()),
+        V::BulkString(b) => lines.push(String::from_utf8_lossy(b).into_owned()),
+        V::SimpleString(s) => lines.push(s.clone()),
+        V::Okay => lines.push("OK".to_owned()),
+        V::Array(items) | V::Set(items) => items.iter().for_each(|item| render(item, lines)),
+        V::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            render(k, lines);
+            render(v, lines);
+        }),
+        V::ServerError(e) => lines.push(format!("{e:?}")),
+        other => lines.push(format!("{other:?}")),
+    }
+}

@@ -1,0 +1,168 @@
+//! `tairlock race`, the main job: the scripted rows hold their zeros, the verbatim recipes show
+//! their flaws, and the JSON carries the contract's fields.
+
+#[path = "../../tests/support/server.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod server;
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const FIELDS: [&str; 8] = [
+    "algorithm",
+    "scenario",
+    "acquisitions",
+    "overlaps",
+    "foreign_deletions",
+    "stale_writes_accepted",
+    "stuck_locks",
+    "handoff_p50_us",
+];
+
+fn race(args: &[&str]) -> (i32, Vec<Value>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+        .arg("race")
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("run tairlock");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "race did not print JSON ({e}):\n{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let rows = rows.as_array().expect("a JSON array").clone();
+    (out.status.code().unwrap_or(-1), rows, stderr)
+}
+
+fn count(row: &Value, field: &str) -> u64 {
+    row[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} missing in {row}"))
+}
+
+fn rows_of<'a>(rows: &'a [Value], algorithm: &str) -> Vec<&'a Value> {
+    rows.iter()
+        .filter(|r| r["algorithm"] == algorithm)
+        .collect()
+}
+
+#[test]
+fn embedded_race_keeps_scripted_zeros_and_counts_naive_flaws() {
+    let (code, rows, stderr) = race(&[
+        "--algorithm",
+        "naive-setnx-expire",
+        "--algorithm",
+        "expire-lock",
+        "--trials",
+        "6",
+    ]);
+    assert_eq!(code, 0, "exit code; stderr:\n{stderr}");
+    assert_eq!(rows.len(), 8, "2 algorithms x 4 scenarios");
+    for row in &rows {
+        for field in FIELDS {
+            assert!(row.get(field).is_some(), "{field} missing in {row}");
+        }
+    }
+    for row in rows_of(&rows, "expire-lock") {
+        assert!(count(row, "acquisitions") > 0, "{row}");
+        assert_eq!(count(row, "foreign_deletions"), 0, "{row}");
+        assert_eq!(count(row, "stale_writes_accepted"), 0, "{row}");
+        assert_eq!(count(row, "stuck_locks"), 0, "{row}");
+        if row["scenario"] == "short-stalls" {
+            assert_eq!(count(row, "overlaps"), 0, "{row}");
+        }
+        if row["scenario"] == "long-stalls" {
+            // Long stalls overlap any lease lock; fencing is what keeps the resource safe.
+            assert!(count(row, "overlaps") > 0, "{row}");
+        }
+    }
+    let naive = rows_of(&rows, "naive-setnx-expire");
+    let by = |scenario: &str| *naive.iter().find(|r| r["scenario"] == scenario).unwrap();
+    assert!(
+        count(by("short-stalls"), "foreign_deletions") > 0,
+        "{}",
+        by("short-stalls")
+    );
+    assert!(
+        count(by("long-stalls"), "stale_writes_accepted") > 0,
+        "{}",
+        by("long-stalls")
+    );
+    assert!(count(by("crashes"), "stuck_locks") > 0, "{}", by("crashes"));
+}
+
+#[test]
+fn same_seed_gives_the_same_table() {
+    let args = [
+        "--algorithm",
+        "naive-setnx-expire",
+        "--scenario",
+        "short-stalls",
+        "--trials",
+        "3",
+        "--seed",
+        "7",
+    ];
+    let (_, a, _) = race(&args);
+    let (_, b, _) = race(&args);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn unknown_algorithm_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+        .args(["race", "--algorithm", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown algorithm"));
+}
+
+#[test]
+fn race_on_a_real_server_holds_the_scripted_zeros() {
+    let server = server::RedisServer::start();
+    let (code, rows, stderr) = race(&[
+        "--redis",
+        &server.url(),
+        "--algorithm",
+        "expire-lock",
+        "--algorithm",
+        "naive-setnx-expire",
+        "--scenario",
+        "short-stalls",
+        "--scenario",
+        "crashes",
+        "--trials",
+        "1",
+        "--lease",
+        "100ms",
+        "--duration",
+        "1500ms",
+    ]);
+    assert_eq!(code, 0, "stderr:\n{stderr}\n{}", server.log_section());
+    for row in rows_of(&rows, "expire-lock") {
+        assert_eq!(row["store"], "redis");
+        assert!(count(row, "acquisitions") > 0, "{row}");
+        assert_eq!(
+            count(row, "foreign_deletions")
+                + count(row, "stale_writes_accepted")
+                + count(row, "stuck_locks"),
+            0,
+            "{row}"
+        );
+        if row["scenario"] == "short-stalls" {
+            assert_eq!(count(row, "overlaps"), 0, "{row}");
+        }
+    }
+    // The race cleans up after itself: no key it wrote is left behind.
+    assert_eq!(
+        server.cli(&["DBSIZE"]).trim(),
+        "0",
+        "keys left: {}",
+        server.cli(&["KEYS", "*"])
+    );
+}

@@ -74,7 +74,16 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
         let current = shared.current();
         match shared.locks.renew(&shared.name, &current, shared.ttl).await {
             Ok(Renew::Renewed(lease)) => {
+                // A reply that lands after the old lease's local deadline comes too late: the
+                // guard has been (or could have been) reported lost meanwhile, and "once lost,
+                // stays lost". Adopt the new lease anyway, so a release still deletes it at once
+                // instead of leaving it to its TTL, but stop renewing and keep the guard lost.
+                let late = shared.past_deadline();
                 *shared.lease.lock() = lease;
+                if late {
+                    shared.mark_lost();
+                    return;
+                }
                 wait = interval;
             }
             Ok(Renew::NotHeld | Renew::HeldByOther) => {

@@ -27,6 +27,11 @@ use crate::error::Result;
 pub(crate) struct Channel {
     notify: Notify,
     watchers: Mutex<usize>,
+    /// Set once the server has acknowledged the SUBSCRIBE (Redis only). Every watcher waits for
+    /// it, not only the first: a later watcher that returned while the first one's SUBSCRIBE
+    /// was still in flight could otherwise start waiting before messages are delivered, and a
+    /// release in that window would cost the holder's whole remaining lease.
+    subscribed: tokio::sync::OnceCell<()>,
 }
 
 /// channel name → its local watchers.
@@ -63,7 +68,9 @@ impl Hub {
     }
 
     /// Unregister a watcher; true if it was the channel's last.
-    fn leave(&self, channel: &str) -> bool {
+    /// Unregister a watcher; true if it was the channel's last. With `linger`, an unwatched
+    /// channel stays registered (and subscribed) until [`Hub::forget_if_unwatched`] removes it.
+    fn leave(&self, channel: &str, linger: bool) -> bool {
         let mut channels = self.channels.lock();
         let Some(ch) = channels.get(channel).cloned() else {
             return false;
@@ -72,10 +79,24 @@ impl Hub {
         *n -= 1;
         if *n == 0 {
             drop(n);
-            channels.remove(channel);
+            if !linger {
+                channels.remove(channel);
+            }
             return true;
         }
         false
+    }
+
+    /// Remove `channel` if nobody watches it any more; true if removed.
+    fn forget_if_unwatched(&self, channel: &str) -> bool {
+        let mut channels = self.channels.lock();
+        let unwatched = channels
+            .get(channel)
+            .is_some_and(|ch| *ch.watchers.lock() == 0);
+        if unwatched {
+            channels.remove(channel);
+        }
+        unwatched
     }
 
     fn names(&self) -> Vec<String> {
@@ -131,20 +152,23 @@ impl Notifier {
 
     /// Start watching `channel`: messages published on it from now on wake [`Watch::notified`].
     /// The first local watcher of a channel subscribes (one round trip, acknowledged before
-    /// this returns); later ones cost nothing.
+    /// this returns); later ones cost nothing, but also return only once that acknowledgement
+    /// is in (if the first one's SUBSCRIBE failed or was cancelled, the next one retries it).
     ///
     /// # Errors
     ///
     /// The subscription failed (connection). Waiters then fall back to timed retries.
     pub async fn watch(&self, channel: &str) -> Result<Watch> {
-        let (ch, first) = self.inner.hub.join(channel);
+        let (ch, _first) = self.inner.hub.join(channel);
         let watch = Watch {
-            channel: ch,
+            channel: ch.clone(),
             name: channel.to_owned(),
             notifier: self.clone(),
         };
-        if first && let Some(redis) = &self.inner.redis {
-            redis.subscribe(channel).await?;
+        if let Some(redis) = &self.inner.redis {
+            ch.subscribed
+                .get_or_try_init(|| redis.subscribe(channel))
+                .await?;
         }
         Ok(watch)
     }
@@ -179,12 +203,18 @@ impl Watch {
     }
 }
 
+/// How long a channel stays subscribed after its last local watcher left, so that a client
+/// locking the same name again soon (the common case) pays no SUBSCRIBE: an uncontended
+/// `lock()` is then one round trip.
+const LINGER: Duration = Duration::from_secs(3);
+
 impl Drop for Watch {
     fn drop(&mut self) {
-        if self.notifier.inner.hub.leave(&self.name)
-            && let Some(redis) = &self.notifier.inner.redis
+        let redis = self.notifier.inner.redis.as_ref();
+        if self.notifier.inner.hub.leave(&self.name, redis.is_some())
+            && let Some(redis) = redis
         {
-            redis.unsubscribe(&self.name, self.notifier.inner.hub.clone());
+            redis.unsubscribe_later(&self.name, self.notifier.inner.hub.clone());
         }
     }
 }
@@ -250,20 +280,27 @@ impl RedisSubscriber {
         }
     }
 
-    fn unsubscribe(&self, channel: &str, hub: Arc<Hub>) {
+    /// After [`LINGER`], unsubscribe `channel` unless a watcher has come back. The check and the
+    /// removal happen under the sink's lock, so a SUBSCRIBE for a new registration of the
+    /// channel is never overtaken by this UNSUBSCRIBE.
+    fn unsubscribe_later(&self, channel: &str, hub: Arc<Hub>) {
         let sink = self.sink.clone();
         let channel = channel.to_owned();
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let mut sink = sink.lock().await;
-                // A new watcher may have joined (and subscribed) since: then keep it.
-                if hub.channels.lock().contains_key(&channel) {
-                    return;
-                }
-                if let Some(s) = sink.as_mut() {
-                    let _ = s.unsubscribe(&channel).await;
-                }
-            });
-        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // No runtime to wait on: drop the registration now (the subscription stays until
+            // the connection closes; stray messages wake nobody).
+            hub.forget_if_unwatched(&channel);
+            return;
+        };
+        handle.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let mut sink = sink.lock().await;
+            if !hub.forget_if_unwatched(&channel) {
+                return;
+            }
+            if let Some(s) = sink.as_mut() {
+                let _ = s.unsubscribe(&channel).await;
+            }
+        });
     }
 }

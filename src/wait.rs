@@ -124,25 +124,21 @@ impl<S: Store> ExpireLock<S> {
         let keys = self.keys(name)?;
         let queue = self.local.queue(name);
         let result = async {
-            // Whether this acquire waits by notification. The channel is watched (subscribed)
-            // only when there is something to wait for: an uncontended acquire is one round
-            // trip, with no SUBSCRIBE/UNSUBSCRIBE around it (DESIGN.md §10).
+            // Whether this acquire waits by notification.
             let notify = matches!(self.options().wait, WaitStrategy::Notify)
                 && !matches!(patience, Patience::Once);
             let mut watch = None;
-            let mut watch_tried = false;
-            let mut attempted_once = false;
             let _turn = match queue.try_lock() {
                 Ok(turn) => turn,
                 // A local waiter is ahead: the lock is busy as far as we are concerned.
                 Err(_) if patience == Patience::Once => return Ok(None),
                 Err(_) => {
-                    // Local contention: watch the channel while queued, so the subscription
-                    // lives as long as anyone here waits, and N local waiters cost one
-                    // SUBSCRIBE per burst instead of a SUBSCRIBE/UNSUBSCRIBE per handoff.
+                    // Local contention: watch the channel while queued, not only once at the
+                    // head, so the subscription lives as long as anyone here waits. Otherwise
+                    // each new head subscribes and each departing one unsubscribes: two extra
+                    // commands per handoff (tests/lock_waiting.rs counts them).
                     if notify {
                         watch = self.watch_channel(&keys.channel).await;
-                        watch_tried = true;
                     }
                     match patience {
                         Patience::Until(deadline) => {
@@ -155,19 +151,14 @@ impl<S: Store> ExpireLock<S> {
                     }
                 }
             };
+            if notify && watch.is_none() {
+                watch = self.watch_channel(&keys.channel).await;
+            }
             let mut backoff = match self.options().wait {
                 WaitStrategy::Poll { min, .. } => min,
                 WaitStrategy::Notify => Duration::from_millis(10),
             };
             loop {
-                if notify && !watch_tried && attempted_once {
-                    // The first attempt failed without a subscription: subscribe now, then
-                    // try again at once before waiting (the loop's next attempt), so a release
-                    // between that attempt and the subscription is not missed.
-                    watch = self.watch_channel(&keys.channel).await;
-                    watch_tried = true;
-                }
-                attempted_once = true;
                 let notified = watch.as_ref().map(|w| w.notified());
                 let mut notified = pin!(notified);
                 if let Some(n) = notified.as_mut().as_pin_mut() {
@@ -207,10 +198,6 @@ impl<S: Store> ExpireLock<S> {
                     backoff = (backoff * 2).clamp(min, max);
                 }
                 let until = until.min(wake);
-                if notify && !watch_tried {
-                    // Subscribe and retry at once (top of the loop) instead of sleeping.
-                    continue;
-                }
                 match notified.as_mut().as_pin_mut() {
                     Some(n) => {
                         tokio::select! {

@@ -82,6 +82,20 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
         }
     };
     let key = locks.keys(&spec.name).map(|k| k.lock).unwrap_or_default();
+    // Install the handlers before the command starts: a SIGTERM/SIGINT arriving between the
+    // spawn and the installation would otherwise kill tairlock with the default action, leaving
+    // the command running unsupervised (and, once the watchdog is gone, without the lock).
+    let (mut sigterm, mut sigint) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        _ => {
+            eprintln!("tairlock run: cannot install signal handlers");
+            let _ = guard.release().await;
+            return EXIT_SPAWN;
+        }
+    };
     let mut child = match Command::new(&spec.command[0])
         .args(&spec.command[1..])
         .env("TAIRLOCK_KEY", &key)
@@ -98,18 +112,6 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
         }
     };
     let pid = child.id();
-    let (mut sigterm, mut sigint) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        _ => {
-            eprintln!("tairlock run: cannot install signal handlers");
-            let _ = child.kill().await;
-            let _ = guard.release().await;
-            return EXIT_SPAWN;
-        }
-    };
     loop {
         tokio::select! {
             status = child.wait() => {

@@ -1,0 +1,650 @@
+//! Waiting for a reader/writer lock, and the guard-returning acquire methods.
+//!
+//! Waiting works as for the core's mutex: by release notification (or polling), each wait
+//! bounded by the blocker's remaining time, in a local FIFO queue per lock name so that only the
+//! head of the queue talks to the server. A waiting writer under writer preference also
+//! re-asserts its intent at a third of the intent lease.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tairlock::{Owner, Result, Store, WaitStrategy};
+use tokio::time::Instant;
+
+use crate::guard::{GuardNoSend, ReadGuard, Slot, WriteGuard};
+use crate::hold::{Credential, Hold};
+use crate::lock::{OwnerKey, Preference, ReadAttempt, RwLock, WriteAttempt};
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+}
+
+/// How long to wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Patience {
+    Once,
+    Until(Instant),
+    Forever,
+}
+
+impl Patience {
+    fn within(timeout: Duration) -> Self {
+        Patience::Until(Instant::now() + timeout)
+    }
+}
+
+/// How long to wait when the server could not say how long the blocker holds on.
+const UNKNOWN_WAIT: Duration = Duration::from_millis(250);
+
+/// Armed while something this acquisition sent may still be on the server (an admission whose
+/// reply never came, a writer's intent): on drop while armed (cancelled, or failed), undoes it in
+/// the background.
+struct Cleanup<S: Store> {
+    rw: RwLock<S>,
+    name: String,
+    mode: Mode,
+    nonce: String,
+    armed: bool,
+}
+
+impl<S: Store> Cleanup<S> {
+    /// Undo now (a writer that gives up waiting withdraws its intent at once).
+    async fn finish(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            let _ = undo(&self.rw, &self.name, self.mode, &self.nonce).await;
+        }
+    }
+}
+
+impl<S: Store> Drop for Cleanup<S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (rw, name, mode, nonce) = (
+            self.rw.clone(),
+            self.name.clone(),
+            self.mode,
+            self.nonce.clone(),
+        );
+        tairlock::blocking::spawn_handle(rw.store().runtime()).spawn(async move {
+            let _ = undo(&rw, &name, mode, &nonce).await;
+        });
+    }
+}
+
+async fn undo<S: Store>(rw: &RwLock<S>, name: &str, mode: Mode, nonce: &str) -> Result<()> {
+    match mode {
+        Mode::Read => rw.read_release(name, nonce).await.map(drop),
+        Mode::Write => rw.write_abandon(name, nonce).await.map(drop),
+    }
+}
+
+impl<S: Store> RwLock<S> {
+    /// Acquire a server hold, waiting per `patience`; `None` when it did not come in time.
+    async fn acquire_hold(
+        &self,
+        name: &str,
+        mode: Mode,
+        patience: Patience,
+    ) -> Result<Option<Arc<Hold<S>>>> {
+        let ttl = self.options().watchdog_lease;
+        tairlock::ttl_ms(ttl)?;
+        let keys = self.keys(name)?;
+        let queue = self.local.queue(name);
+        let result = async {
+            let _turn = match patience {
+                Patience::Until(deadline) => {
+                    match tokio::time::timeout_at(deadline, queue.lock()).await {
+                        Ok(turn) => turn,
+                        Err(_) => return Ok(None),
+                    }
+                }
+                Patience::Once => match queue.try_lock() {
+                    Ok(turn) => turn,
+                    // A local waiter is ahead: the lock is busy as far as we are concerned.
+                    Err(_) => return Ok(None),
+                },
+                Patience::Forever => queue.lock().await,
+            };
+            let wait = self.options().wait;
+            // Subscribe only once the first attempt has been refused: an uncontended acquire
+            // costs exactly one round trip.
+            let wants_watch = matches!(
+                (wait, patience),
+                (WaitStrategy::Notify, Patience::Until(_) | Patience::Forever)
+            );
+            let mut watch = None;
+            let (mut subscribe, mut subscribed) = (false, false);
+            let (min_backoff, max_backoff) = match wait {
+                WaitStrategy::Poll { min, max } => (min, max),
+                _ => (Duration::from_millis(10), Duration::from_millis(200)),
+            };
+            let mut backoff = min_backoff;
+            // A waiting writer announces itself (writer preference); a single attempt does not.
+            let intent = match (mode, self.options().preference, patience) {
+                (Mode::Write, Preference::Writer, Patience::Until(_) | Patience::Forever) => {
+                    Some(self.options().intent_lease)
+                }
+                _ => None,
+            };
+            // One nonce for the whole acquisition: its intent is recognised as its own, and a
+            // repeat of an attempt whose reply was lost returns the same admission.
+            let mut cleanup = Cleanup {
+                rw: self.clone(),
+                name: name.to_owned(),
+                mode,
+                nonce: tairlock::new_nonce(),
+                armed: false,
+            };
+            loop {
+                if std::mem::take(&mut subscribe) {
+                    watch = match self.store().notifier().await {
+                        Some(n) => n.watch(&keys.channel).await.ok(),
+                        None => None,
+                    };
+                }
+                let notified = watch.as_ref().map(|w| w.notified());
+                let mut notified = pin!(notified);
+                if let Some(n) = notified.as_mut().as_pin_mut() {
+                    n.enable();
+                }
+                cleanup.armed = true;
+                let nonce = cleanup.nonce.clone();
+                let remaining = match mode {
+                    Mode::Read => match self.read_acquire(name, &nonce, ttl).await? {
+                        ReadAttempt::Acquired { lease, .. } => {
+                            cleanup.armed = false;
+                            let cred = Credential::Read(nonce);
+                            return Ok(Some(Hold::start(
+                                self.clone(),
+                                name,
+                                cred,
+                                ttl,
+                                lease.deadline(),
+                            )));
+                        }
+                        ReadAttempt::Blocked { remaining, .. } => remaining,
+                    },
+                    Mode::Write => match self.write_acquire(name, &nonce, ttl, intent).await? {
+                        WriteAttempt::Acquired(lease) => {
+                            cleanup.armed = false;
+                            let cred = Credential::Write(lease.lease().clone());
+                            return Ok(Some(Hold::start(
+                                self.clone(),
+                                name,
+                                cred,
+                                ttl,
+                                lease.deadline(),
+                            )));
+                        }
+                        WriteAttempt::Blocked { remaining, .. } => remaining,
+                    },
+                };
+                // A refused read left nothing behind; a refused write may have left its intent.
+                cleanup.armed = intent.is_some();
+                let now = Instant::now();
+                let wake = match patience {
+                    Patience::Once => {
+                        cleanup.finish().await;
+                        return Ok(None);
+                    }
+                    Patience::Until(deadline) if now >= deadline => {
+                        cleanup.finish().await;
+                        return Ok(None);
+                    }
+                    Patience::Until(deadline) => deadline,
+                    Patience::Forever => now + Duration::from_secs(3600),
+                };
+                if wants_watch && watch.is_none() && !subscribed {
+                    // Listen from now on, then try again at once: a release between the refused
+                    // attempt and the subscription must not be missed.
+                    subscribed = true;
+                    subscribe = true;
+                    continue;
+                }
+                // Never sleep past the blocker's lease: it may expire without a release.
+                let mut until = now + remaining.unwrap_or(UNKNOWN_WAIT) + Duration::from_millis(1);
+                if let Some(intent) = intent {
+                    // Re-assert the intent well before it lapses.
+                    until = until.min(now + intent / 3);
+                }
+                if watch.is_none() {
+                    let jittered = backoff.mul_f64(rand::random_range(0.5..1.0));
+                    until = until.min(now + jittered);
+                    backoff = (backoff * 2).clamp(min_backoff, max_backoff);
+                }
+                let until = until.min(wake);
+                match notified.as_mut().as_pin_mut() {
+                    Some(n) => {
+                        tokio::select! {
+                            () = n => {}
+                            () = tokio::time::sleep_until(until) => {}
+                        }
+                    }
+                    None => tokio::time::sleep_until(until).await,
+                }
+            }
+        }
+        .await;
+        self.local.forget(name, queue);
+        result
+    }
+
+    /// The hold for `owner` (re-entered locally when it has one), else a new one.
+    async fn slot(
+        &self,
+        name: &str,
+        mode: Mode,
+        owner: Option<OwnerKey>,
+        patience: Patience,
+    ) -> Result<Option<Arc<Slot<S>>>> {
+        self.keys(name)?;
+        let key = owner.map(|o| (o, name.to_owned()));
+        // Served locally: a reentrant read never queues behind a waiting writer.
+        if let Some(key) = &key
+            && let Some(slot) = self.local.find(key)
+            && slot.reenter(mode == Mode::Write)?
+        {
+            return Ok(Some(slot));
+        }
+        let Some(hold) = self.acquire_hold(name, mode, patience).await? else {
+            return Ok(None);
+        };
+        let slot = Slot::new(hold);
+        if let Some(key) = key
+            && self.local.register(key.clone(), &slot)
+        {
+            slot.registered_at(&self.local, key);
+        }
+        Ok(Some(slot))
+    }
+
+    async fn read_guard<M>(
+        &self,
+        name: &str,
+        owner: Option<OwnerKey>,
+        patience: Patience,
+    ) -> Result<Option<ReadGuard<S, M>>> {
+        Ok(self
+            .slot(name, Mode::Read, owner, patience)
+            .await?
+            .map(ReadGuard::new))
+    }
+
+    async fn write_guard<M>(
+        &self,
+        name: &str,
+        owner: Option<OwnerKey>,
+        patience: Patience,
+    ) -> Result<Option<WriteGuard<S, M>>> {
+        Ok(self
+            .slot(name, Mode::Write, owner, patience)
+            .await?
+            .map(WriteGuard::new))
+    }
+
+    /// Wait for the lock `name` for reading and hold it, renewed by the watchdog until the
+    /// guard is released or dropped.
+    ///
+    /// Under [`Preference::Writer`] a waiting writer keeps new readers out, so this also waits
+    /// while a writer waits. Not reentrant: a second `read` of the same task while a writer
+    /// waits would wait behind that writer, which waits for the first read — use
+    /// [`read_as`](Self::read_as) with an [`Owner`] for reentrant reads.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name or lease; a key holds data that is not this lock's
+    /// ([`ErrorKind::WrongType`](tairlock::ErrorKind::WrongType)); store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped while a request was in flight, a background task
+    /// removes whatever that request may have admitted, and the lease bounds it in any case.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tairlock::MemoryStore;
+    /// use tairlock_rwlock::RwLock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let locks = RwLock::new(MemoryStore::new());
+    /// let a = locks.read("catalog").await?;
+    /// let b = locks.read("catalog").await?; // readers share
+    /// assert_eq!(locks.readers("catalog").await?, 2);
+    /// assert!(locks.try_write("catalog").await?.is_none()); // a writer waits for both
+    /// a.release().await?;
+    /// b.release().await?;
+    /// let w = locks.try_write("catalog").await?.expect("free now");
+    /// assert!(w.fence() > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read(&self, name: &str) -> Result<ReadGuard<S>> {
+        Ok(self
+            .read_guard(name, None, Patience::Forever)
+            .await?
+            .expect("waiting forever ends only with the lock"))
+    }
+
+    /// Wait for the lock `name` for writing and hold it, renewed by the watchdog; the guard
+    /// carries a fencing token.
+    ///
+    /// Under [`Preference::Writer`] the waiting writer announces its intent, so new readers stay
+    /// out until it has had its turn; the intent lapses within
+    /// [`Options::intent_lease`](crate::Options::intent_lease) if this writer gives up.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped, a background task removes this writer's intent and
+    /// whatever lock an in-flight request may have taken.
+    pub async fn write(&self, name: &str) -> Result<WriteGuard<S>> {
+        Ok(self
+            .write_guard(name, None, Patience::Forever)
+            .await?
+            .expect("waiting forever ends only with the lock"))
+    }
+
+    /// One attempt to read-lock `name`; `None` when a writer holds it (or, under writer
+    /// preference, waits for it).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    pub async fn try_read(&self, name: &str) -> Result<Option<ReadGuard<S>>> {
+        self.read_guard(name, None, Patience::Once).await
+    }
+
+    /// One attempt to write-lock `name`; `None` when anyone holds it or another writer waits
+    /// for it. A single attempt announces no intent.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`write`](Self::write).
+    pub async fn try_write(&self, name: &str) -> Result<Option<WriteGuard<S>>> {
+        self.write_guard(name, None, Patience::Once).await
+    }
+
+    /// Wait up to `timeout` to read-lock `name`; `None` if it did not come in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    pub async fn try_read_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<ReadGuard<S>>> {
+        self.read_guard(name, None, Patience::within(timeout)).await
+    }
+
+    /// Wait up to `timeout` to write-lock `name`; `None` if it did not come in time (the
+    /// writer's intent is withdrawn then, so readers are not kept out any longer).
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`write`](Self::write).
+    pub async fn try_write_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<WriteGuard<S>>> {
+        self.write_guard(name, None, Patience::within(timeout))
+            .await
+    }
+
+    /// [`read`](Self::read) for `owner`, reentrant: when `owner` already holds `name` (for
+    /// reading or writing) this returns at once, without a round trip and without queueing
+    /// behind a waiting writer.
+    ///
+    /// # Errors
+    ///
+    /// As [`read`](Self::read); [`ErrorKind::LeaseLost`](tairlock::ErrorKind::LeaseLost) on
+    /// re-entry once the lease is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read); a cancelled re-entry changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tairlock::{MemoryStore, Owner};
+    /// use tairlock_rwlock::RwLock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let locks = RwLock::new(MemoryStore::new());
+    /// let me = Owner::new();
+    /// let outer = locks.read_as(&me, "catalog").await?;
+    /// let inner = locks.read_as(&me, "catalog").await?; // local, no round trip
+    /// assert_eq!(locks.readers("catalog").await?, 1);
+    /// // Upgrading would wait for our own read: refused instead of deadlocking.
+    /// assert!(locks.write_as(&me, "catalog").await.unwrap_err().is_invalid_input());
+    /// inner.release().await?;
+    /// outer.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn read_as(&self, owner: &Owner, name: &str) -> Result<ReadGuard<S>> {
+        Ok(self
+            .read_guard(name, Some(OwnerKey::Owner(owner.id())), Patience::Forever)
+            .await?
+            .expect("waiting forever ends only with the lock"))
+    }
+
+    /// [`write`](Self::write) for `owner`, reentrant: when `owner` already holds `name` for
+    /// writing this returns at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_as`](Self::read_as), and
+    /// [`ErrorKind::InvalidInput`](tairlock::ErrorKind::InvalidInput) when `owner` holds `name`
+    /// only for reading: a read→write upgrade would wait for itself, so it is refused.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`write`](Self::write).
+    pub async fn write_as(&self, owner: &Owner, name: &str) -> Result<WriteGuard<S>> {
+        Ok(self
+            .write_guard(name, Some(OwnerKey::Owner(owner.id())), Patience::Forever)
+            .await?
+            .expect("waiting forever ends only with the lock"))
+    }
+
+    /// [`try_read`](Self::try_read) for `owner`, reentrant.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_as`](Self::read_as).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`read`](Self::read).
+    pub async fn try_read_as(&self, owner: &Owner, name: &str) -> Result<Option<ReadGuard<S>>> {
+        self.read_guard(name, Some(OwnerKey::Owner(owner.id())), Patience::Once)
+            .await
+    }
+
+    /// [`try_write`](Self::try_write) for `owner`, reentrant.
+    ///
+    /// # Errors
+    ///
+    /// As [`write_as`](Self::write_as).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`write`](Self::write).
+    pub async fn try_write_as(&self, owner: &Owner, name: &str) -> Result<Option<WriteGuard<S>>> {
+        self.write_guard(name, Some(OwnerKey::Owner(owner.id())), Patience::Once)
+            .await
+    }
+
+    /// Blocking, thread-reentrant [`read`](Self::read): the calling thread is the owner, so a
+    /// thread that already holds `name` re-enters locally. The guard is `!Send`.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_as`](Self::read_as).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime (use [`read_as`](Self::read_as) there).
+    #[track_caller]
+    pub fn blocking_read(&self, name: &str) -> Result<ReadGuard<S, GuardNoSend>> {
+        let me = Some(OwnerKey::Thread(std::thread::current().id()));
+        let guard = tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_read",
+            self.read_guard(name, me, Patience::Forever),
+        )?;
+        Ok(guard.expect("waiting forever ends only with the lock"))
+    }
+
+    /// Blocking, thread-reentrant [`write`](Self::write). The guard is `!Send`.
+    ///
+    /// # Errors
+    ///
+    /// As [`write_as`](Self::write_as) (an upgrade by a thread holding a read is refused).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write(&self, name: &str) -> Result<WriteGuard<S, GuardNoSend>> {
+        let me = Some(OwnerKey::Thread(std::thread::current().id()));
+        let guard = tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write",
+            self.write_guard(name, me, Patience::Forever),
+        )?;
+        Ok(guard.expect("waiting forever ends only with the lock"))
+    }
+
+    /// Blocking, thread-reentrant [`try_read`](Self::try_read).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_read`](Self::blocking_read).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_read(&self, name: &str) -> Result<Option<ReadGuard<S, GuardNoSend>>> {
+        let me = Some(OwnerKey::Thread(std::thread::current().id()));
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_read",
+            self.read_guard(name, me, Patience::Once),
+        )
+    }
+
+    /// Blocking, thread-reentrant [`try_write`](Self::try_write).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_write`](Self::blocking_write).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_write(&self, name: &str) -> Result<Option<WriteGuard<S, GuardNoSend>>> {
+        let me = Some(OwnerKey::Thread(std::thread::current().id()));
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_write",
+            self.write_guard(name, me, Patience::Once),
+        )
+    }
+
+    /// Blocking, thread-reentrant [`try_read_for`](Self::try_read_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_read`](Self::blocking_read).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_read_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<ReadGuard<S, GuardNoSend>>> {
+        let me = Some(OwnerKey::Thread(std::thread::current().id()));
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_read_for",
+            self.read_guard(name, me, Patience::within(timeout)),
+        )
+    }
+
+    /// Blocking, thread-reentrant [`try_write_for`](Self::try_write_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_write`](Self::blocking_write).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_write_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<WriteGuard<S, GuardNoSend>>> {
+        let me = Some(OwnerKey::Thread(std::thread::current().id()));
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_write_for",
+            self.write_guard(name, me, Patience::within(timeout)),
+        )
+    }
+
+    /// How many levels `owner` holds `name` at (0: not at all).
+    pub fn held_depth(&self, owner: &Owner, name: &str) -> usize {
+        self.local
+            .find(&(OwnerKey::Owner(owner.id()), name.to_owned()))
+            .map_or(0, |s| s.depth())
+    }
+
+    /// How many levels the calling thread holds `name` at through the blocking API.
+    pub fn thread_held_depth(&self, name: &str) -> usize {
+        self.local
+            .find(&(
+                OwnerKey::Thread(std::thread::current().id()),
+                name.to_owned(),
+            ))
+            .map_or(0, |s| s.depth())
+    }
+}

@@ -1,0 +1,40 @@
+-- rw_downgrade: turn a held write lock into a read lock in one step, so no other writer can
+-- slip in between.
+--   KEYS[1]  writer key   <prefix>{name}:w
+--   KEYS[2]  readers key  <prefix>{name}:r
+--   ARGV[1]  the writer's current lease value
+--   ARGV[2]  the new reader's nonce
+--   ARGV[3]  the read lease in ms (> 0)
+--   ARGV[4]  the lock's release channel (waiting readers may enter now)
+-- Returns {1, expiry ms, live readers} downgraded, {0} held by another lease, {-1} not held.
+-- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
+local wt = redis.call('TYPE', KEYS[1])['ok']
+if wt ~= 'none' and wt ~= 'string' then
+  return redis.error_reply('WRONGTYPE writer key holds a ' .. wt)
+end
+local rt = redis.call('TYPE', KEYS[2])['ok']
+if rt ~= 'none' and rt ~= 'zset' then
+  return redis.error_reply('WRONGTYPE readers key holds a ' .. rt)
+end
+if wt == 'none' then
+  return {-1}
+end
+local writer = redis.call('GET', KEYS[1])
+if string.sub(writer, 1, 4) ~= 'tl1:' then
+  return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
+end
+if writer ~= ARGV[1] then
+  return {0}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%d', now))
+local lease = tonumber(ARGV[3])
+local expiry = now + lease
+redis.call('ZADD', KEYS[2], string.format('%d', expiry), ARGV[2])
+if redis.call('PTTL', KEYS[2]) < lease then
+  redis.call('PEXPIRE', KEYS[2], lease)
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[4], 'released')
+return {1, expiry, redis.call('ZCARD', KEYS[2])}

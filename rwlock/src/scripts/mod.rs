@@ -1,0 +1,138 @@
+//! The scripted [`RwLock`](crate::RwLock)'s atomic operations, each a `.lua` file beside its
+//! native body (the embedded store runs the native body; both obey one contract).
+//!
+//! | operation | KEYS | ARGV | reply |
+//! |---|---|---|---|
+//! | [`READ_ACQUIRE`] | w, r, wi | nonce, lease ms, honour intent | `{1, expiry, readers}` / `{0, 'writer'\|'intent', pttl}` |
+//! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
+//! | [`READ_RELEASE`] | r | nonce, channel | `1` / `-1` |
+//! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry}` / `{-1}` |
+//! | [`WRITE_ABANDON`] | w, wi | nonce, channel | keys deleted |
+//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel | `{1, expiry, readers}` / `{0}` / `{-1}` |
+//! | [`INSPECT`] | w, r, wi, fence | | snapshot (read-only) |
+//! | [`COUNT`] | w, r, wi | | `{readers, writer pttl, intent pttl}` (read-only) |
+//! | core [`EXPIRE_UNLOCK`](tairlock::scripts::EXPIRE_UNLOCK) | w | lease, channel | `1` / `0` / `-1` (write release) |
+//! | core [`RENEW`](tairlock::scripts::RENEW) | w, fence | lease, lease ms, new nonce, retention ms | `{1, lease}` / `{0}` / `{-1}` (write renewal) |
+//!
+//! The writer key holds exactly the core's lease format, so the write lock's release and renewal
+//! *are* the core expire lock's scripts, run on the writer key.
+//!
+//! Every script checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a
+//! key holds data that is not ours. Every one is O(log n) in the number of readers except
+//! reaping, which removes each expired reader once, and [`INSPECT`], which lists the live
+//! readers. None uses `KEYS`/`SCAN`.
+
+mod count;
+mod downgrade;
+mod inspect;
+mod read_acquire;
+mod read_release;
+mod read_renew;
+mod write_abandon;
+mod write_acquire;
+
+pub use self::count::COUNT;
+pub use self::downgrade::DOWNGRADE;
+pub use self::inspect::INSPECT;
+pub use self::read_acquire::READ_ACQUIRE;
+pub use self::read_release::READ_RELEASE;
+pub use self::read_renew::READ_RENEW;
+pub use self::write_abandon::WRITE_ABANDON;
+pub use self::write_acquire::WRITE_ACQUIRE;
+
+use tairlock::Script;
+use tairlock::store::memory::{CommandError, CommandResult, Db};
+
+/// Every script of the scripted RwLock (the two core scripts it reuses included), e.g. for
+/// [`RedisStore::preload`](tairlock::RedisStore::preload).
+pub static ALL: [&Script; 10] = [
+    &READ_ACQUIRE,
+    &WRITE_ACQUIRE,
+    &READ_RELEASE,
+    &READ_RENEW,
+    &WRITE_ABANDON,
+    &DOWNGRADE,
+    &INSPECT,
+    &COUNT,
+    &tairlock::scripts::EXPIRE_UNLOCK,
+    &tairlock::scripts::RENEW,
+];
+
+/// `TYPE key` must be `none` or `want`; `what` names the key in the error, as the Lua does.
+pub(crate) fn typed(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<bool> {
+    match db.key_type(key) {
+        "none" => Ok(false),
+        t if t == want => Ok(true),
+        other => Err(CommandError::new(
+            "WRONGTYPE",
+            format!("{what} key holds a {other}"),
+        )),
+    }
+}
+
+/// The writer key's value, checked to be a lease (`NOTLOCK` otherwise); `None` when absent.
+pub(crate) fn writer_lease(db: &mut Db, key: &str) -> CommandResult<Option<Vec<u8>>> {
+    let value = db.get(key)?;
+    match value {
+        Some(v) if !v.starts_with(tairlock::scripts::LEASE_PREFIX.as_bytes()) => {
+            Err(CommandError::new(
+                "NOTLOCK",
+                "writer key holds a value that is not a tairlock lease",
+            ))
+        }
+        other => Ok(other),
+    }
+}
+
+/// The intent key's value, checked to be a nonce (`NOTLOCK` otherwise); `None` when absent.
+pub(crate) fn intent(db: &mut Db, key: &str) -> CommandResult<Option<Vec<u8>>> {
+    let value = db.get(key)?;
+    match value {
+        Some(v) if v.is_empty() || !v.iter().all(u8::is_ascii_hexdigit) => Err(CommandError::new(
+            "NOTLOCK",
+            "intent key holds a value that is not a writer intent",
+        )),
+        other => Ok(other),
+    }
+}
+
+/// `string.sub(value, -#(':' .. nonce)) == ':' .. nonce`.
+pub(crate) fn ends_with_nonce(value: &[u8], nonce: &str) -> bool {
+    let mine = format!(":{nonce}");
+    value.ends_with(mine.as_bytes())
+}
+
+/// Microseconds since the epoch, by the store's (frozen) clock.
+pub(crate) fn now_us(db: &Db) -> u64 {
+    let (secs, micros) = db.time();
+    secs * 1_000_000 + micros
+}
+
+/// Milliseconds since the epoch, by the store's (frozen) clock.
+pub(crate) fn now_ms(db: &Db) -> u64 {
+    now_us(db) / 1000
+}
+
+/// `ZREMRANGEBYSCORE readers -inf (now`: drop every reader whose lease has passed.
+pub(crate) fn reap(db: &mut Db, readers: &str, now_ms: u64) -> CommandResult<()> {
+    db.zremrangebyscore(readers, f64::NEG_INFINITY, now_ms as f64 - 0.5)?;
+    Ok(())
+}
+
+/// `ZADD readers expiry nonce`, then stretch the set's TTL to cover `lease`.
+pub(crate) fn add_reader(
+    db: &mut Db,
+    readers: &str,
+    nonce: &str,
+    expiry: u64,
+    lease: u64,
+) -> CommandResult<()> {
+    db.zadd(readers, expiry as f64, nonce.as_bytes())?;
+    if db.pttl(readers) < lease as i64 {
+        db.pexpire(readers, std::time::Duration::from_millis(lease));
+    }
+    Ok(())
+}
+
+/// The largest fencing token: 2^53 - 1, the largest integer a Lua number holds exactly.
+pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;

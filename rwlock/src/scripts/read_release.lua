@@ -1,0 +1,24 @@
+-- rw_read_release: remove one reader; when it was the last live one, announce it.
+--   KEYS[1]  readers key  <prefix>{name}:r
+--   ARGV[1]  the reader's nonce
+--   ARGV[2]  the lock's release channel <prefix>{name}:released
+-- Returns 1 released, -1 not held (the lease had expired, or was released already).
+-- Error WRONGTYPE when the key holds data that is not ours; nothing is removed.
+local rt = redis.call('TYPE', KEYS[1])['ok']
+if rt == 'none' then
+  return -1
+end
+if rt ~= 'zset' then
+  return redis.error_reply('WRONGTYPE readers key holds a ' .. rt)
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('(%d', now))
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  return -1
+end
+-- Only a waiting writer cares, and only once no live reader is left.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+return 1

@@ -1,0 +1,25 @@
+use tairlock::script::int_arg;
+use tairlock::store::memory::{CommandResult, Db};
+use tairlock::{Reply, Script};
+
+use super::{add_reader, now_ms, reap, typed};
+
+/// Move a live reader's lease. Lua: `read_renew.lua`.
+pub static READ_RENEW: Script =
+    Script::new("rw_read_renew", include_str!("read_renew.lua"), native);
+
+fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    let r = &keys[0];
+    if !typed(db, r, "zset", "readers")? {
+        return Ok(Reply::Array(vec![Reply::Int(-1)]));
+    }
+    let now = now_ms(db);
+    reap(db, r, now)?;
+    if db.zscore(r, args[0].as_bytes())?.is_none() {
+        return Ok(Reply::Array(vec![Reply::Int(-1)]));
+    }
+    let lease = int_arg(args, 1)? as u64;
+    let expiry = now + lease;
+    add_reader(db, r, &args[0], expiry, lease)?;
+    Ok(Reply::Array(vec![Reply::Int(1), Reply::Int(expiry as i64)]))
+}

@@ -1,0 +1,45 @@
+-- rw_write_abandon: undo whatever one write acquisition left behind: the write lock, if that
+-- acquisition took it (and it was never renewed), and its intent, if it announced one. For a
+-- writer that gives up waiting, and for a cancelled acquire.
+--   KEYS[1]  writer key   <prefix>{name}:w
+--   KEYS[2]  intent key   <prefix>{name}:wi
+--   ARGV[1]  the acquisition's nonce
+--   ARGV[2]  the lock's release channel
+-- Returns how many keys were deleted (0, 1 or 2); publishes on the channel when any was.
+-- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is deleted.
+local wt = redis.call('TYPE', KEYS[1])['ok']
+if wt ~= 'none' and wt ~= 'string' then
+  return redis.error_reply('WRONGTYPE writer key holds a ' .. wt)
+end
+local it = redis.call('TYPE', KEYS[2])['ok']
+if it ~= 'none' and it ~= 'string' then
+  return redis.error_reply('WRONGTYPE intent key holds a ' .. it)
+end
+local writer = false
+if wt == 'string' then
+  writer = redis.call('GET', KEYS[1])
+  if string.sub(writer, 1, 4) ~= 'tl1:' then
+    return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
+  end
+end
+local intent = false
+if it == 'string' then
+  intent = redis.call('GET', KEYS[2])
+  if not string.match(intent, '^%x+$') then
+    return redis.error_reply('NOTLOCK intent key holds a value that is not a writer intent')
+  end
+end
+local deleted = 0
+local mine = ':' .. ARGV[1]
+if writer and string.sub(writer, -#mine) == mine then
+  redis.call('DEL', KEYS[1])
+  deleted = deleted + 1
+end
+if intent == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  deleted = deleted + 1
+end
+if deleted > 0 then
+  redis.call('PUBLISH', ARGV[2], 'released')
+end
+return deleted

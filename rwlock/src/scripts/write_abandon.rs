@@ -1,0 +1,34 @@
+use tairlock::store::memory::{CommandResult, Db};
+use tairlock::{Reply, Script};
+
+use super::{ends_with_nonce, intent, typed, writer_lease};
+
+/// Undo what one write acquisition left behind (its lock, its intent). Lua:
+/// `write_abandon.lua`.
+pub static WRITE_ABANDON: Script = Script::new(
+    "rw_write_abandon",
+    include_str!("write_abandon.lua"),
+    native,
+);
+
+fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    let (w, wi) = (&keys[0], &keys[1]);
+    let nonce = &args[0];
+    typed(db, w, "string", "writer")?;
+    typed(db, wi, "string", "intent")?;
+    let writer = writer_lease(db, w)?;
+    let intent = intent(db, wi)?;
+    let mut deleted = 0;
+    if writer.is_some_and(|v| ends_with_nonce(&v, nonce)) {
+        db.del(w);
+        deleted += 1;
+    }
+    if intent.as_deref() == Some(nonce.as_bytes()) {
+        db.del(wi);
+        deleted += 1;
+    }
+    if deleted > 0 {
+        db.publish(&args[1]);
+    }
+    Ok(Reply::Int(deleted))
+}

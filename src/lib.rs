@@ -49,6 +49,9 @@ pub mod expire_lock;
 pub mod guard;
 pub mod keys;
 mod lease;
+#[cfg(tairlock_loom)]
+#[doc(hidden)]
+pub mod loom_models;
 pub mod notify;
 pub mod reentrant;
 pub mod script;

@@ -31,22 +31,22 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
 use thread_local::ThreadLocal;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::{ExpireLock, Unlock};
 use crate::guard::LockGuard;
 use crate::store::Store;
+use crate::sync::Mutex;
 
 /// One owner's hold on one lock: the real guard and the depth.
-struct Slot<S: Store> {
+pub(crate) struct Slot<S: Store> {
     guard: Mutex<Option<LockGuard<S>>>,
     depth: Mutex<usize>,
 }
 
 impl<S: Store> Slot<S> {
-    fn new(guard: LockGuard<S>) -> Arc<Self> {
+    pub(crate) fn new(guard: LockGuard<S>) -> Arc<Self> {
         Arc::new(Slot {
             guard: Mutex::new(Some(guard)),
             depth: Mutex::new(1),
@@ -55,7 +55,7 @@ impl<S: Store> Slot<S> {
 
     /// Enter again if still held: true on success, an error if the lease is lost, false if the
     /// slot is finished (depth 0).
-    fn reenter(&self) -> Result<bool> {
+    pub(crate) fn reenter(&self) -> Result<bool> {
         let mut depth = self.depth.lock();
         if *depth == 0 {
             return Ok(false);
@@ -75,7 +75,7 @@ impl<S: Store> Slot<S> {
     }
 
     /// Leave one level; the real guard when this was the last.
-    fn exit(&self) -> Option<LockGuard<S>> {
+    pub(crate) fn exit(&self) -> Option<LockGuard<S>> {
         let mut depth = self.depth.lock();
         *depth = depth.saturating_sub(1);
         if *depth == 0 {
@@ -85,7 +85,7 @@ impl<S: Store> Slot<S> {
         }
     }
 
-    fn fence(&self) -> Option<u64> {
+    pub(crate) fn fence(&self) -> Option<u64> {
         self.guard.lock().as_ref().map(LockGuard::fence)
     }
 
@@ -305,7 +305,10 @@ impl Owner {
         self.id
     }
 
-    fn with_slots<S: Store, T>(&self, f: impl FnOnce(&mut HashMap<u64, Slots<S>>) -> T) -> T {
+    pub(crate) fn with_slots<S: Store, T>(
+        &self,
+        f: impl FnOnce(&mut HashMap<u64, Slots<S>>) -> T,
+    ) -> T {
         let mut any = self.slots.lock();
         let entry = any.get_or_insert_with(|| Box::new(HashMap::<u64, Slots<S>>::new()));
         let slots = entry

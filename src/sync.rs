@@ -1,10 +1,34 @@
 //! The one place in-process shared state gets its synchronisation primitives from.
 //!
-//! Under `--cfg tairlock_loom` these become loom's, so the loom models can explore every
-//! interleaving of the embedded store and the reentrancy map; otherwise they are parking_lot's.
+//! Under `--cfg tairlock_loom` these become loom's, so the loom models
+//! (`src/loom_models/`, run by `scripts/loom.sh`) can explore every interleaving of the embedded
+//! store and of the reentrancy map; otherwise they are parking_lot's. The cfg is namespaced
+//! because tokio must never be built under plain `cfg(loom)`: only the primitives re-exported
+//! here change, everything else (tokio, redis, parking_lot elsewhere) builds as usual.
+//!
+//! | primitive | normal build | `tairlock_loom` | used by |
+//! |---|---|---|---|
+//! | [`Mutex`] | `parking_lot::Mutex` | `loom::sync::Mutex` behind parking_lot's signature | the embedded store's keyspace (one critical section per command or script), the reentrancy map's slots and owner maps |
+//!
+//! What deliberately stays outside the shim, and why that is sound under loom (whose model
+//! threads all run on one OS thread, one at a time, switching only at loom operations):
+//!
+//! - Locks held for a few instructions with no loom operation inside (the release-notification
+//!   hub, a guard's lease cell, the local wait queues): never held across a switch point, so
+//!   never contended inside a model, so invisible to it without changing any outcome.
+//! - `static` id counters (`Owner` and client ids): statics need a `const` constructor, which
+//!   loom's atomics lack; they only hand out distinct numbers and order nothing.
+//! - The `thread_local` crate's per-lock map behind `ReentrantLock::blocking_lock`: it is keyed
+//!   by OS thread, so loom's threads would share one entry; that path also needs a runtime to
+//!   block on, so the models drive the owner-keyed map instead.
+//! - `Arc` handles: their reference counts are not state the locks reason about, and every loom
+//!   operation is a scheduling point that multiplies the interleavings to explore.
 
 #[cfg(not(tairlock_loom))]
 pub(crate) use parking_lot::Mutex;
+
+#[cfg(tairlock_loom)]
+pub(crate) use self::loom_mutex::Mutex;
 
 #[cfg(tairlock_loom)]
 mod loom_mutex {
@@ -17,11 +41,12 @@ mod loom_mutex {
             Mutex(loom::sync::Mutex::new(value))
         }
 
+        #[track_caller]
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
-            self.0.lock().expect("loom mutex poisoned")
+            // A panic inside a model fails the model anyway; poisoning adds nothing.
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
     }
 }
-
-#[cfg(tairlock_loom)]
-pub(crate) use loom_mutex::Mutex;

@@ -33,6 +33,19 @@ struct Shared {
     db: Mutex<Db>,
     clock: SharedClock,
     hub: Arc<Hub>,
+    /// Loom models only: run at the end of every atomic step, inside it (see `observe`).
+    #[cfg(tairlock_loom)]
+    observer: std::sync::OnceLock<Observer>,
+}
+
+#[cfg(tairlock_loom)]
+struct Observer(Box<dyn Fn(&mut Db) + Send + Sync>);
+
+#[cfg(tairlock_loom)]
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 impl Default for MemoryStore {
@@ -54,6 +67,8 @@ impl MemoryStore {
                 db: Mutex::new(Db::new()),
                 clock,
                 hub: Arc::new(Hub::default()),
+                #[cfg(tairlock_loom)]
+                observer: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -65,17 +80,39 @@ impl MemoryStore {
 
     /// Run `f` on the keyspace as one atomic step, with time frozen at the clock's now.
     pub fn atomically<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {
-        let now = self.shared.clock.now();
         let (out, published) = {
             let mut db = self.shared.db.lock();
-            db.set_time(now);
+            // The clock is read inside the step, so steps see time in the order they run.
+            db.set_time(self.shared.clock.now());
             let out = f(&mut db);
+            #[cfg(tairlock_loom)]
+            if let Some(observer) = self.shared.observer.get() {
+                (observer.0)(&mut db);
+            }
             (out, db.take_outbox())
         };
         for channel in published {
             self.shared.hub.deliver(&channel);
         }
         out
+    }
+
+    /// Loom models only: run `observer` at the end of every atomic step, inside it, so a model
+    /// sees each step's effect in the order the steps happened. Set once per store.
+    ///
+    /// # Panics
+    ///
+    /// When an observer is already set.
+    #[cfg(tairlock_loom)]
+    #[doc(hidden)]
+    pub fn observe(&self, observer: impl Fn(&mut Db) + Send + Sync + 'static) {
+        assert!(
+            self.shared
+                .observer
+                .set(Observer(Box::new(observer)))
+                .is_ok(),
+            "MemoryStore::observe: an observer is already set"
+        );
     }
 
     fn run<T>(&self, f: impl FnOnce(&mut Db) -> CommandResult<T>) -> Result<T> {

@@ -320,3 +320,5 @@ impl TestStore for RedisStore {
 pub fn strings<const N: usize>(items: [&str; N]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
+
+pub mod gated;

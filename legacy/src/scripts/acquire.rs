@@ -1,0 +1,61 @@
+use std::time::Duration;
+
+use tairlock::Script;
+use tairlock::script::{Reply, int_arg};
+use tairlock::store::memory::{CommandError, CommandResult, Db};
+
+use super::{digits, now, px, string_or_none};
+
+/// Take a legacy-format lock if free or expired by server time. Lua: `acquire.lua`.
+pub static ACQUIRE: Script = Script::new("legacy_acquire", include_str!("acquire.lua"), native);
+
+fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    let (lock, fence_key) = (&keys[0], &keys[1]);
+    string_or_none(db, lock, "lock")?;
+    let fence_type = string_or_none(db, fence_key, "fence")?;
+    let unit = int_arg(args, 0)? as u64;
+    let (now_us, now_ms) = now(db);
+    let now = now_ms / unit;
+    if let Some(cur) = db.get(lock)? {
+        let held = digits(&cur).ok_or_else(|| {
+            CommandError::new(
+                "NOTLOCK",
+                "lock key holds a value that is not a legacy lock timestamp",
+            )
+        })?;
+        if now <= held {
+            let remaining = ((held + 1) * unit) as i64 - now_ms as i64;
+            return Ok(Reply::Array(vec![
+                Reply::Int(0),
+                Reply::Data(cur),
+                Reply::Int(remaining),
+            ]));
+        }
+    }
+    let mut last = 0;
+    if fence_type == "string" {
+        let raw = db.get(fence_key)?.unwrap_or_default();
+        last = digits(&raw).ok_or_else(|| {
+            CommandError::new(
+                "NOTLOCK",
+                "fence key holds a value that is not a fencing token",
+            )
+        })?;
+    }
+    let fence = (last + 1).max(now_us);
+    let value = now + int_arg(args, 1)? as u64 + 1;
+    let px = px(value, unit, now_ms);
+    let retention = int_arg(args, 2)? as u64;
+    db.set(lock, value.to_string(), Some(Duration::from_millis(px)));
+    db.set(
+        fence_key,
+        fence.to_string(),
+        Some(Duration::from_millis(px + retention)),
+    );
+    Ok(Reply::Array(vec![
+        Reply::Int(1),
+        Reply::data(value.to_string()),
+        Reply::data(fence.to_string()),
+        Reply::Int(px as i64),
+    ]))
+}

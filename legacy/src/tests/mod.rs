@@ -1,0 +1,4 @@
+//! In-crate tests that need the crate's insides: the loom models (`--cfg tairlock_loom`,
+//! run by `scripts/loom.sh`).
+
+mod loom_legacy;

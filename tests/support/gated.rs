@@ -1,0 +1,447 @@
+//! A gated store: the test decides, command by command, whose command runs next.
+//!
+//! Every client gets its own handle, [`Gate::client`], wrapping one shared store. Each command a
+//! client sends (each [`Store`] method, each script, and on a [`WatchStore`] each `WATCH`
+//! pipeline, `UNWATCH` and `MULTI`/`EXEC`) first waits at the gate until the test lets exactly
+//! that command of exactly that client through with [`Gate::step`], which returns only once the
+//! command has completed. So the test drives an exact interleaving, e.g. a row of a step table
+//! in `reference/semantics.md`:
+//!
+//! ```ignore
+//! let c1 = tokio::spawn(async move { lock1.try_acquire("k", lease).await });
+//! gate.step("C1", "SETNX").await;   // C1's SETNX runs now, and has finished
+//! gate.step("C2", "GET").await;     // then C2's GET
+//! ```
+//!
+//! A step panics (with what every client is waiting on) when the client sends a different
+//! command or none within five seconds, so a schedule that no longer matches the algorithm
+//! fails loudly instead of hanging. [`Gate::open`] lets a client run ungated (setup, cleanup);
+//! [`Gate::finish`] lets a client's task run to its end.
+//!
+//! Command names: `GET`, `SETNX`, `SET NX PX`, `SET`, `GETSET`, `GETDEL`, `DEL`, `INCR`, `DECR`,
+//! `EXPIRE`, `PEXPIRE`, `PTTL`, `TYPE`, `TIME`, `EVAL <script name>`, and on a connection
+//! `WATCH` (the watch plus its reads, one round trip), `UNWATCH`, `EXEC`.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tairlock::{Reply, Result, Script, Store, Ttl};
+use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
+use tokio::sync::oneshot;
+
+/// How long a step waits for the client to send its command.
+const STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct Waiting {
+    command: String,
+    go: oneshot::Sender<oneshot::Sender<()>>,
+}
+
+#[derive(Default)]
+struct State {
+    waiting: HashMap<String, Waiting>,
+    open: HashSet<String>,
+    log: Vec<(String, String)>,
+}
+
+/// The gate shared by every client of one test. See the [module docs](self).
+#[derive(Clone, Default)]
+pub struct Gate {
+    state: Arc<Mutex<State>>,
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("Gate")
+            .field("waiting", &waiting_list(&state))
+            .field("open", &state.open)
+            .finish()
+    }
+}
+
+fn waiting_list(state: &State) -> Vec<String> {
+    let mut list: Vec<_> = state
+        .waiting
+        .iter()
+        .map(|(c, w)| format!("{c}: {}", w.command))
+        .collect();
+    list.sort();
+    list
+}
+
+impl Gate {
+    /// A gate with no clients.
+    pub fn new() -> Self {
+        Gate::default()
+    }
+
+    /// The handle of client `name` on `store`: every command it sends waits at this gate.
+    pub fn client<S: Store>(&self, name: &str, store: S) -> Gated<S> {
+        Gated {
+            inner: store,
+            name: Arc::from(name),
+            gate: self.clone(),
+        }
+    }
+
+    /// Let `client`'s next command through, which must be `command`, and wait until it has
+    /// completed.
+    ///
+    /// # Panics
+    ///
+    /// When the client sends another command, or none within five seconds.
+    #[track_caller]
+    pub fn step<'a>(&'a self, client: &'a str, command: &'a str) -> impl Future<Output = ()> + 'a {
+        let caller = std::panic::Location::caller();
+        async move {
+            let sent = self.wait_for(client, caller).await;
+            assert_eq!(
+                sent.command, command,
+                "{caller}: {client} sent {} but the schedule expects {command}",
+                sent.command
+            );
+            self.let_through(sent).await;
+        }
+    }
+
+    /// Let `client`'s commands through, each of them, until one named `command` has completed.
+    ///
+    /// # Panics
+    ///
+    /// When the client stops sending commands for five seconds before that.
+    #[track_caller]
+    pub fn through<'a>(
+        &'a self,
+        client: &'a str,
+        command: &'a str,
+    ) -> impl Future<Output = ()> + 'a {
+        let caller = std::panic::Location::caller();
+        async move {
+            loop {
+                let sent = self.wait_for(client, caller).await;
+                let last = sent.command == command;
+                self.let_through(sent).await;
+                if last {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Let `task` (a task of `client`) run to its end, letting each of its commands through.
+    pub async fn finish<T>(&self, client: &str, task: tokio::task::JoinHandle<T>) -> T {
+        while !task.is_finished() {
+            let sent = self.state.lock().waiting.remove(client);
+            match sent {
+                Some(sent) => self.let_through(sent).await,
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+        task.await.expect("the gated task panicked")
+    }
+
+    /// The result of a client's task, which must finish within five seconds: a task still
+    /// waiting at the gate (the algorithm sent a command the schedule does not let through)
+    /// fails the test instead of hanging it.
+    #[track_caller]
+    pub fn join<T: 'static>(
+        &self,
+        task: tokio::task::JoinHandle<T>,
+    ) -> impl Future<Output = T> + '_ {
+        let caller = std::panic::Location::caller();
+        async move {
+            match tokio::time::timeout(STEP_TIMEOUT, task).await {
+                Ok(out) => out.expect("the gated task panicked"),
+                Err(_) => panic!(
+                    "{caller}: the task did not finish within {STEP_TIMEOUT:?}; waiting at the \
+                     gate: {:?}",
+                    waiting_list(&self.state.lock())
+                ),
+            }
+        }
+    }
+
+    /// Let every command of `client` through without waiting for the test, from now on.
+    pub fn open(&self, client: &str) {
+        let mut state = self.state.lock();
+        state.open.insert(client.to_owned());
+        if let Some(w) = state.waiting.remove(client) {
+            let (done, _) = oneshot::channel();
+            let _ = w.go.send(done);
+        }
+    }
+
+    /// Every gated command that has run so far, as (client, command), in order.
+    pub fn log(&self) -> Vec<(String, String)> {
+        self.state.lock().log.clone()
+    }
+
+    /// The gated commands `client` has run so far, in order.
+    pub fn commands_of(&self, client: &str) -> Vec<String> {
+        self.state
+            .lock()
+            .log
+            .iter()
+            .filter(|(c, _)| c == client)
+            .map(|(_, cmd)| cmd.clone())
+            .collect()
+    }
+
+    async fn wait_for(&self, client: &str, caller: &std::panic::Location<'_>) -> Waiting {
+        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+        loop {
+            {
+                let mut state = self.state.lock();
+                if let Some(w) = state.waiting.remove(client) {
+                    return w;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    panic!(
+                        "{caller}: {client} sent no command within {STEP_TIMEOUT:?}; waiting at the \
+                         gate: {:?}",
+                        waiting_list(&state)
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn let_through(&self, sent: Waiting) {
+        let (done_tx, done_rx) = oneshot::channel();
+        if sent.go.send(done_tx).is_err() {
+            return; // The client's future was dropped while it waited.
+        }
+        let _ = done_rx.await;
+    }
+
+    /// Run `fut` as `client`'s command `command` once the test lets it through.
+    async fn pass<T>(&self, client: &str, command: String, fut: impl Future<Output = T>) -> T {
+        let done = {
+            let mut state = self.state.lock();
+            if state.open.contains(client) {
+                None
+            } else {
+                let (go, rx) = oneshot::channel();
+                let previous = state.waiting.insert(
+                    client.to_owned(),
+                    Waiting {
+                        command: command.clone(),
+                        go,
+                    },
+                );
+                assert!(
+                    previous.is_none(),
+                    "{client} sent {command} while another of its commands was waiting"
+                );
+                Some(rx)
+            }
+        };
+        let done = match done {
+            Some(rx) => Some(rx.await.expect("the gate was dropped")),
+            None => None,
+        };
+        let out = fut.await;
+        self.state.lock().log.push((client.to_owned(), command));
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+        out
+    }
+}
+
+/// One client's handle on a gated store. See the [module docs](self).
+#[derive(Clone)]
+pub struct Gated<S> {
+    inner: S,
+    name: Arc<str>,
+    gate: Gate,
+}
+
+impl<S> fmt::Debug for Gated<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Gated")
+            .field("client", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Gated<S> {
+    /// The store behind the gate.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// This client's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<S: Store> Store for Gated<S> {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.gate
+            .pass(&self.name, "GET".into(), self.inner.get(key))
+            .await
+    }
+
+    async fn set_nx(&self, key: &str, value: &[u8]) -> Result<bool> {
+        self.gate
+            .pass(&self.name, "SETNX".into(), self.inner.set_nx(key, value))
+            .await
+    }
+
+    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
+        self.gate
+            .pass(
+                &self.name,
+                "SET NX PX".into(),
+                self.inner.set_nx_px(key, value, ttl),
+            )
+            .await
+    }
+
+    async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.gate
+            .pass(&self.name, "SET".into(), self.inner.set(key, value))
+            .await
+    }
+
+    async fn getset(&self, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.gate
+            .pass(&self.name, "GETSET".into(), self.inner.getset(key, value))
+            .await
+    }
+
+    async fn getdel(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.gate
+            .pass(&self.name, "GETDEL".into(), self.inner.getdel(key))
+            .await
+    }
+
+    async fn del(&self, key: &str) -> Result<bool> {
+        self.gate
+            .pass(&self.name, "DEL".into(), self.inner.del(key))
+            .await
+    }
+
+    async fn incr(&self, key: &str) -> Result<i64> {
+        self.gate
+            .pass(&self.name, "INCR".into(), self.inner.incr(key))
+            .await
+    }
+
+    async fn decr(&self, key: &str) -> Result<i64> {
+        self.gate
+            .pass(&self.name, "DECR".into(), self.inner.decr(key))
+            .await
+    }
+
+    async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
+        self.gate
+            .pass(&self.name, "EXPIRE".into(), self.inner.expire(key, seconds))
+            .await
+    }
+
+    async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
+        self.gate
+            .pass(&self.name, "PEXPIRE".into(), self.inner.pexpire(key, ttl))
+            .await
+    }
+
+    async fn pttl(&self, key: &str) -> Result<Ttl> {
+        self.gate
+            .pass(&self.name, "PTTL".into(), self.inner.pttl(key))
+            .await
+    }
+
+    async fn key_type(&self, key: &str) -> Result<String> {
+        self.gate
+            .pass(&self.name, "TYPE".into(), self.inner.key_type(key))
+            .await
+    }
+
+    async fn time(&self) -> Result<Duration> {
+        self.gate
+            .pass(&self.name, "TIME".into(), self.inner.time())
+            .await
+    }
+
+    async fn eval(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        self.gate
+            .pass(
+                &self.name,
+                format!("EVAL {}", script.name()),
+                self.inner.eval(script, keys, args),
+            )
+            .await
+    }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.runtime()
+    }
+}
+
+impl<S: WatchStore> WatchStore for Gated<S> {
+    type Connection = GatedConnection<S::Connection>;
+
+    /// Opening a connection changes nothing on the server: not gated.
+    async fn watch_connection(&self) -> Result<GatedConnection<S::Connection>> {
+        Ok(GatedConnection {
+            inner: self.inner.watch_connection().await?,
+            name: self.name.clone(),
+            gate: self.gate.clone(),
+        })
+    }
+
+    async fn server_version(&self) -> Result<Option<String>> {
+        self.inner.server_version().await
+    }
+}
+
+/// A gated `WATCH` connection.
+pub struct GatedConnection<C> {
+    inner: C,
+    name: Arc<str>,
+    gate: Gate,
+}
+
+impl<C> fmt::Debug for GatedConnection<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatedConnection")
+            .field("client", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: WatchConnection> WatchConnection for GatedConnection<C> {
+    async fn watch(&mut self, keys: &[String], reads: &[Read]) -> Result<Vec<Reply>> {
+        let name = self.name.clone();
+        let gate = self.gate.clone();
+        gate.pass(&name, "WATCH".into(), self.inner.watch(keys, reads))
+            .await
+    }
+
+    async fn unwatch(&mut self) -> Result<()> {
+        let name = self.name.clone();
+        let gate = self.gate.clone();
+        gate.pass(&name, "UNWATCH".into(), self.inner.unwatch())
+            .await
+    }
+
+    async fn exec(&mut self, ops: &[TxOp]) -> Result<Option<Vec<Reply>>> {
+        let name = self.name.clone();
+        let gate = self.gate.clone();
+        gate.pass(&name, "EXEC".into(), self.inner.exec(ops)).await
+    }
+}

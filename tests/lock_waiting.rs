@@ -442,7 +442,10 @@ async fn a_killed_subscription_costs_at_most_one_lease() {
             .unwrap();
         // The waiter's, and the holder's if its own subscription from acquiring is still
         // lingering (channels stay subscribed for a few seconds after their last watcher).
-        assert!((1..=2).contains(&killed), "pub/sub connections killed: {killed}");
+        assert!(
+            (1..=2).contains(&killed),
+            "pub/sub connections killed: {killed}"
+        );
         let released = Instant::now();
         assert_eq!(held.release().await.unwrap(), Unlock::Released);
         let (holding, guard) = tokio::time::timeout(lease * 2, parked)

@@ -1,11 +1,13 @@
 //! The `tairlock` command-line tool, as a library so tests can drive its parts.
 //!
 //! - [`race`]: the main job, `tairlock race`.
-//! - [`bench`]: `tairlock bench`.
+//! - [`bench`](mod@bench): `tairlock bench`.
 //! - [`admin`]: `tairlock inspect` and `tairlock unlock --force`.
+//! - [`rw_inspect`]: `tairlock inspect` for reader/writer locks.
 //! - [`run`]: `tairlock run KEY -- CMD…`.
 
 pub mod admin;
 pub mod bench;
 pub mod race;
 pub mod run;
+pub mod rw_inspect;

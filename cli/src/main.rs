@@ -34,8 +34,9 @@ enum Command {
     /// Throughput and latency of each primitive as ratios to the round-trip floor measured in
     /// the same run.
     Bench(BenchArgs),
-    /// Show a lock's holder, expiry, remaining time and fencing token.
-    Inspect(KeyArgs),
+    /// Show a lock's holder, expiry, remaining time and fencing token; for a reader/writer lock
+    /// (--rw, or detected), the writer, the live readers with their leases, and writer intent.
+    Inspect(InspectArgs),
     /// Run a command while holding a lock (watchdog on); the command is stopped if the lease is
     /// lost. Exit codes: the command's; 75 not acquired within --wait; 76 lease lost; 69 store
     /// error; 127 command not started.
@@ -122,6 +123,15 @@ struct RunArgs {
 }
 
 #[derive(Args, Debug)]
+struct InspectArgs {
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Inspect a reader/writer lock (detected automatically when its keys exist).
+    #[arg(long)]
+    rw: bool,
+}
+
+#[derive(Args, Debug)]
 struct KeyArgs {
     /// The lock name (e.g. orders:42) or its full key (e.g. 'tairlock:{orders:42}').
     key: String,
@@ -168,7 +178,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Race(args) => race_command(args),
-        Command::Inspect(args) => admin_command(args, false),
+        Command::Inspect(InspectArgs { key, rw }) => {
+            match tairlock_cli::rw_inspect::command(&key.key, &key.prefix, &key.redis, key.json, rw)
+            {
+                Some(code) => ExitCode::from(code),
+                None => admin_command(key, false),
+            }
+        }
         Command::Run(args) => run_command(args),
         Command::Bench(args) => bench_command(args),
         Command::Unlock { force, key } => {

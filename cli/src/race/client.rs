@@ -1,5 +1,7 @@
 //! One contending client: its store handle, its clock, and the scenario's hand on its pauses.
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tairlock::clock::SharedClock;
 use tairlock::{Reply, Script, Store, Ttl};
+use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
 
 use super::scenario::{Action, Plan};
 use super::trial::Trial;
@@ -66,6 +69,7 @@ impl<S: Store> Client<S> {
                 client: id,
                 trial: trial.clone(),
                 latency: plan.latency,
+                watch_pool: Arc::default(),
             },
             clock,
             plan,
@@ -151,6 +155,9 @@ pub struct RaceStore<S> {
     client: usize,
     trial: Arc<Trial>,
     latency: Option<(Duration, Duration)>,
+    /// Idle `WATCH` connections of the inner store, for [`WatchStore`]: type-erased because
+    /// only `S: WatchStore` has a connection type.
+    watch_pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
 }
 
 impl<S> fmt::Debug for RaceStore<S> {
@@ -253,5 +260,133 @@ impl<S: Store> Store for RaceStore<S> {
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.inner.runtime()
+    }
+}
+
+/// `WATCH` transactions through the race's wrapper (for `legacy-watch`): each command takes a
+/// simulated round trip, and a successful `EXEC` that deletes a key reports the value the
+/// transaction read for it, so the race sees what a WATCH release deleted.
+impl<S: WatchStore> WatchStore for RaceStore<S> {
+    type Connection = RaceConnection<S::Connection>;
+
+    async fn watch_connection(&self) -> tairlock::Result<RaceConnection<S::Connection>> {
+        let idle = self
+            .watch_pool
+            .lock()
+            .pop()
+            .and_then(|c| c.downcast::<S::Connection>().ok());
+        let inner = match idle {
+            Some(con) => *con,
+            None => self.inner.watch_connection().await?,
+        };
+        Ok(RaceConnection {
+            inner: Some(inner),
+            client: self.client,
+            trial: self.trial.clone(),
+            latency: self.latency,
+            pool: self.watch_pool.clone(),
+            reads: HashMap::new(),
+            clean: true,
+        })
+    }
+
+    async fn server_version(&self) -> tairlock::Result<Option<String>> {
+        self.inner.server_version().await
+    }
+}
+
+/// A `WATCH` connection of a race client; see [`RaceStore`]'s [`WatchStore`] impl. Dropped
+/// after a completed command (not mid-request), its inner connection goes back to the client's
+/// pool; the next `watch` resets whatever it still watches.
+pub struct RaceConnection<C: WatchConnection> {
+    inner: Option<C>,
+    client: usize,
+    trial: Arc<Trial>,
+    latency: Option<(Duration, Duration)>,
+    pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
+    reads: HashMap<String, Vec<u8>>,
+    clean: bool,
+}
+
+impl<C: WatchConnection> fmt::Debug for RaceConnection<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RaceConnection")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: WatchConnection> Drop for RaceConnection<C> {
+    fn drop(&mut self) {
+        if let Some(con) = self.inner.take()
+            && self.clean
+        {
+            self.pool.lock().push(Box::new(con));
+        }
+    }
+}
+
+impl<C: WatchConnection> RaceConnection<C> {
+    async fn hop(&self) {
+        if let Some((low, high)) = self.latency {
+            let d = if high > low {
+                rand::rng().random_range(low..high)
+            } else {
+                low
+            };
+            tokio::time::sleep(d / 2).await;
+        }
+    }
+
+    fn con(&mut self) -> &mut C {
+        self.inner
+            .as_mut()
+            .expect("the connection is only taken on drop")
+    }
+}
+
+impl<C: WatchConnection> WatchConnection for RaceConnection<C> {
+    async fn watch(&mut self, keys: &[String], reads: &[Read]) -> tairlock::Result<Vec<Reply>> {
+        self.hop().await;
+        self.clean = false;
+        let out = self.con().watch(keys, reads).await;
+        self.hop().await;
+        self.reads.clear();
+        if let Ok(replies) = &out {
+            self.clean = true;
+            for (read, reply) in reads.iter().zip(replies) {
+                if let (Read::Get(key), Reply::Data(value)) = (read, reply) {
+                    self.reads.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        out
+    }
+
+    async fn unwatch(&mut self) -> tairlock::Result<()> {
+        self.hop().await;
+        self.clean = false;
+        let out = self.con().unwatch().await;
+        self.hop().await;
+        self.clean = out.is_ok();
+        out
+    }
+
+    async fn exec(&mut self, ops: &[TxOp]) -> tairlock::Result<Option<Vec<Reply>>> {
+        self.hop().await;
+        self.clean = false;
+        let out = self.con().exec(ops).await;
+        self.hop().await;
+        self.clean = out.is_ok();
+        if let Ok(Some(replies)) = &out {
+            for (op, reply) in ops.iter().zip(replies) {
+                if let (TxOp::Del { key }, Reply::Int(1)) = (op, reply)
+                    && let Some(value) = self.reads.get(key)
+                {
+                    self.trial.saw_deletion(self.client, value);
+                }
+            }
+        }
+        out
     }
 }

@@ -11,7 +11,7 @@
 //! | column | counts |
 //! |---|---|
 //! | `acquisitions` | successful acquisitions |
-//! | `overlaps` | acquisitions that found another client inside the critical section |
+//! | `overlaps` | acquisitions that found another client inside the critical section (for reader/writer locks: a writer together with anyone; readers may share) |
 //! | `foreign_deletions` | `DEL`s (seen at the command) of a lock value another live holder wrote; scripted releases delete only their own lease, by their compare-and-delete contract |
 //! | `stale_writes_accepted` | writes the resource accepted although a later grant had already written: a fenced resource rejects lower tokens, an unfenced one accepts everything |
 //! | `stuck_locks` | trials that ended with a lock key that has no expiry: nobody can ever take it again |
@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
+use tairlock::Store;
 use tairlock::clock::{SharedClock, SkewedClock};
-use tairlock::{Store, Ttl};
 
 use self::algorithms::{Algorithm, Attempt, Expectation};
 use self::client::{Client, Interrupt};
@@ -150,7 +150,7 @@ impl Row {
 /// # Errors
 ///
 /// A store error (the embedded store has none; a Redis connection may fail).
-pub async fn run<S: Store>(
+pub async fn run<S: tairlock_legacy::WatchStore>(
     store: S,
     clock: SharedClock,
     store_name: &str,
@@ -240,10 +240,10 @@ async fn run_row<S: Store>(
             task.await.expect("race client panicked")?;
         }
         // Stuck: a lock key that will never expire. Then clean up after ourselves.
+        for _ in 0..algorithm.stuck(store, &lock).await? {
+            trial.stuck();
+        }
         for key in algorithm.keys(&lock) {
-            if store.pttl(&key).await? == Ttl::Persistent {
-                trial.stuck();
-            }
             store.del(&key).await?;
         }
         for extra in [":fence", ":readers", ":writer", ":intent"] {
@@ -359,20 +359,23 @@ async fn one_round<S: Store>(
         }
     };
     let trial = client.trial();
-    let grant = trial.enter(client.id(), &holding.value);
+    let shared = algorithm.is_shared(&holding);
+    let grant = trial.enter(client.id(), &holding.value, shared);
     let work = client.with_rng(|rng| client.plan().work(rng));
     let left = holding
         .deadline
         .saturating_duration_since(tokio::time::Instant::now());
     let action = client.with_rng(|rng| client.plan().in_critical_section(rng, left, work));
     if let Err(e) = client.act(action).await {
-        trial.leave();
+        trial.leave(shared);
         trial.released(client.id(), false);
         return Err(e);
     }
-    trial.write(grant, holding.fence);
+    if !shared {
+        trial.write(grant, holding.fence);
+    }
     tokio::time::sleep(work).await;
-    trial.leave();
+    trial.leave(shared);
     let result = algorithm.release(client, lock, holding).await;
     trial.released(client.id(), result.is_ok());
     result?;

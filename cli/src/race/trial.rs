@@ -40,6 +40,8 @@ struct State {
     counts: Counts,
     /// Clients inside the critical section now.
     inside: usize,
+    /// Of those, the ones holding exclusively (every one, unless the algorithm has readers).
+    exclusive_inside: usize,
     /// The lock value each live holder wrote, by client.
     holders: HashMap<usize, Vec<u8>>,
     /// Grants so far (each successful acquisition gets the next number).
@@ -67,15 +69,20 @@ impl Trial {
     }
 
     /// A client acquired: returns the grant number. Counts an overlap if another client is
-    /// inside the critical section.
-    pub(crate) fn enter(&self, client: usize, value: &[u8]) -> u64 {
+    /// inside the critical section, unless both hold it shared (readers of a reader/writer
+    /// lock): an overlap needs an exclusive holder on one side.
+    pub(crate) fn enter(&self, client: usize, value: &[u8], shared: bool) -> u64 {
         let mut s = self.state.lock();
         s.counts.acquisitions += 1;
         s.grants += 1;
-        if s.inside > 0 {
+        let others = if shared { s.exclusive_inside } else { s.inside };
+        if others > 0 {
             s.counts.overlaps += 1;
         }
         s.inside += 1;
+        if !shared {
+            s.exclusive_inside += 1;
+        }
         s.holders.insert(client, value.to_vec());
         if let Some(at) = s.released_at.take() {
             s.counts.handoffs.push(at.elapsed());
@@ -84,8 +91,12 @@ impl Trial {
     }
 
     /// A client left the critical section (finished, or crashed inside it).
-    pub(crate) fn leave(&self) {
-        self.state.lock().inside -= 1;
+    pub(crate) fn leave(&self, shared: bool) {
+        let mut s = self.state.lock();
+        s.inside -= 1;
+        if !shared {
+            s.exclusive_inside -= 1;
+        }
     }
 
     /// A client finished releasing (or died holding): it no longer claims the lock.

@@ -14,11 +14,21 @@ use tairlock::Store;
 
 use super::client::{Client, Step};
 
-mod expire_lock;
-mod naive;
+pub mod expire_lock;
+pub mod legacy_getset;
+pub mod legacy_scripted;
+pub mod legacy_watch;
+pub mod naive;
+pub mod rw_scripted;
+pub mod rw_two_step;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
+pub use self::legacy_getset::LegacyGetSet;
+pub use self::legacy_scripted::LegacyScripted;
+pub use self::legacy_watch::LegacyWatch;
 pub use self::naive::NaiveSetnxExpire;
+pub use self::rw_scripted::RwScripted;
+pub use self::rw_two_step::RwTwoStep;
 
 /// A boxed future, for object-safe algorithm methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -83,12 +93,37 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![lock.to_owned()]
     }
+    /// Whether a holding is shared (a reader's): shared holdings may overlap each other, and
+    /// an overlap is counted only when an exclusive holding is involved; they write nothing to
+    /// the protected resource. Exclusive by default.
+    fn is_shared(&self, _holding: &Holding) -> bool {
+        false
+    }
+    /// How many of the trial's lock keys are stuck at its end: nobody can ever take the lock
+    /// again. By default, each of [`keys`](Self::keys) that has no expiry.
+    fn stuck<'a>(&'a self, store: &'a S, lock: &'a str) -> BoxFuture<'a, tairlock::Result<u64>> {
+        Box::pin(async move {
+            let mut stuck = 0;
+            for key in self.keys(lock) {
+                if store.pttl(&key).await? == tairlock::Ttl::Persistent {
+                    stuck += 1;
+                }
+            }
+            Ok(stuck)
+        })
+    }
 }
 
-/// Every algorithm, in table order.
-pub fn all<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
+/// Every algorithm, in table order. `legacy-watch` needs `WATCH` transactions, hence the
+/// [`WatchStore`](tairlock_legacy::WatchStore) bound (both stores have it).
+pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
-        Box::new(ExpireLockAlgorithm::default()),
+        Box::new(ExpireLockAlgorithm),
+        Box::new(LegacyGetSet),
+        Box::new(LegacyWatch),
+        Box::new(LegacyScripted),
+        Box::new(RwTwoStep),
+        Box::new(RwScripted::default()),
     ]
 }

@@ -1,0 +1,188 @@
+//! `rw-scripted`: the scripted reader/writer lock ([`RwLock`]): one
+//! script per step, per-reader leases judged by server time, writer preference.
+//!
+//! Three attempts in four read, one writes. A client that decided to write keeps trying with
+//! the same nonce until it gets in, re-asserting its intent (a short lease, half the race's
+//! lease) with every refused attempt, as a waiting [`RwLock::write`](tairlock_rwlock::RwLock::write)
+//! does; new readers stay out meanwhile. A crashed reader blocks writers until its own lease
+//! ends; writers carry fencing tokens.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tairlock::{Keyspace, Lease, Store};
+use tairlock_rwlock::{Options, ReadAttempt, RwLock, WriteAttempt};
+
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use crate::race::client::{Client, RaceStore, Step};
+
+/// The prefix of a reader's holding value; the rest is its nonce.
+const READ_MARK: &str = "read:";
+
+/// The `rw-scripted` row of `tairlock race`.
+#[derive(Debug, Default)]
+pub struct RwScripted {
+    /// The nonce of each client's write acquisition in progress, by (lock, client).
+    writing: Mutex<HashMap<(String, usize), String>>,
+}
+
+fn locks<S: Store>(cx: &Client<S>, ttl: Duration) -> RwLock<RaceStore<S>> {
+    // The race names its keys itself: no prefix, the race key is the lock name's hash tag.
+    let keyspace = Keyspace::new("").expect("empty prefix is valid");
+    RwLock::with_options(
+        cx.store().clone(),
+        Options::default().keyspace(keyspace).intent_lease(ttl / 2),
+    )
+}
+
+impl RwScripted {
+    /// A pause point that forgets this client's write in progress if the client dies there.
+    async fn pause<S: Store>(&self, cx: &Client<S>, lock: &str, point: &'static str) -> Step<()> {
+        let paused = cx.pause(point).await;
+        if paused.is_err() {
+            self.writing.lock().remove(&(lock.to_owned(), cx.id()));
+        }
+        paused
+    }
+}
+
+impl<S: Store> Algorithm<S> for RwScripted {
+    fn name(&self) -> &'static str {
+        "rw-scripted"
+    }
+
+    fn expectation(&self) -> Expectation {
+        Expectation::Safe
+    }
+
+    fn fenced(&self) -> bool {
+        true
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Step<Attempt>> {
+        Box::pin(async move {
+            let rw = locks(cx, ttl);
+            let key = (lock.to_owned(), cx.id());
+            let pending = self.writing.lock().get(&key).cloned();
+            let write = pending.is_some() || cx.with_rng(|rng| rand::Rng::random_bool(rng, 0.25));
+            if !write {
+                cx.pause("read:before-acquire").await?;
+                let nonce = tairlock::new_nonce();
+                return match rw.read_acquire(lock, &nonce, ttl).await? {
+                    ReadAttempt::Acquired { lease, .. } => Ok(Attempt::Acquired(Holding {
+                        value: format!("{READ_MARK}{nonce}").into_bytes(),
+                        fence: None,
+                        deadline: lease.deadline(),
+                    })),
+                    ReadAttempt::Blocked { remaining, .. } => Ok(Attempt::Busy {
+                        retry_after: remaining,
+                    }),
+                };
+            }
+            let nonce = pending.unwrap_or_else(tairlock::new_nonce);
+            self.writing.lock().insert(key.clone(), nonce.clone());
+            self.pause(cx, lock, "write:before-acquire").await?;
+            match rw.write_acquire(lock, &nonce, ttl, Some(ttl / 2)).await? {
+                WriteAttempt::Acquired(lease) => {
+                    self.writing.lock().remove(&key);
+                    Ok(Attempt::Acquired(Holding {
+                        value: lease.lease().value().as_bytes().to_vec(),
+                        fence: Some(lease.fence()),
+                        deadline: lease.deadline(),
+                    }))
+                }
+                WriteAttempt::Blocked { remaining, .. } => Ok(Attempt::Busy {
+                    retry_after: remaining,
+                }),
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        holding: Holding,
+    ) -> BoxFuture<'a, Step<()>> {
+        Box::pin(async move {
+            let rw = locks(cx, Duration::from_millis(100));
+            cx.pause("release:before").await?;
+            let value = String::from_utf8(holding.value).expect("holdings are text");
+            match value.strip_prefix(READ_MARK) {
+                Some(nonce) => {
+                    rw.read_release(lock, nonce).await?;
+                }
+                None => {
+                    let lease = Lease::parse(&value).expect("our own lease parses");
+                    // Compare-and-delete: it can only ever delete this very lease.
+                    rw.write_release(lock, &lease).await?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn is_shared(&self, holding: &Holding) -> bool {
+        holding.value.starts_with(READ_MARK.as_bytes())
+    }
+
+    fn keys(&self, lock: &str) -> Vec<String> {
+        [":w", ":r", ":wi", ":fence"]
+            .iter()
+            .map(|suffix| format!("{{{lock}}}{suffix}"))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tairlock::MemoryStore;
+    use tairlock::clock::{SharedClock, TokioClock};
+
+    use crate::race::{RaceConfig, run};
+
+    #[test]
+    fn rw_scripted_holds_its_zeros_in_every_scenario() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let rows = rt.block_on(async {
+            let clock: SharedClock = Arc::new(TokioClock::new());
+            let config = RaceConfig {
+                trials: 4,
+                algorithms: vec!["rw-scripted".to_owned()],
+                ..RaceConfig::default()
+            };
+            run(
+                MemoryStore::with_clock(clock.clone()),
+                clock,
+                "memory",
+                &config,
+                |_| {},
+            )
+            .await
+            .unwrap()
+        });
+        assert_eq!(rows.len(), 4);
+        for row in &rows {
+            assert!(row.acquisitions > 0, "{row:?}");
+            assert!(!row.broken(), "{row:?}");
+            assert_eq!(row.verdict, "ok", "{row:?}");
+        }
+        let long = rows.iter().find(|r| r.scenario == "long-stalls").unwrap();
+        assert!(
+            long.overlaps > 0,
+            "long stalls overlap any lease lock: {long:?}"
+        );
+    }
+}

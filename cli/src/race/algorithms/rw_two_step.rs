@@ -1,0 +1,195 @@
+//! `rw-two-step`: the two-step Tair reader/writer recipe, verbatim
+//! ([`TwoStepRwLock`]), its steps interleaved by the scenario.
+//!
+//! ```text
+//! reader:  expireUnlock(w, now)  -- probe: "unlock" the write lock as of my clock's now
+//!          INCR rc               -- ... read ...
+//!          DECR rc
+//! writer:  GET rc == 0 ?         -- nobody reading?
+//!          expireLock(w, ttl)    -- SET w <my clock + ttl> NX PX ttl ... write ...
+//!          expireUnlock(w, E)
+//! ```
+//!
+//! Three attempts in four read, one writes. Flaws the race provokes: a stall between a
+//! reader's probe and its `INCR`, or between a writer's `GET rc` and its `expireLock`, lets a
+//! reader and a writer in together (I, II: overlaps); a reader that crashes inside leaves `rc`
+//! above 0 with no TTL, so no writer can ever get in again (III: a stuck lock); a reader whose
+//! clock runs ahead deletes a live writer's lock with its probe (IV: foreign deletions and
+//! overlaps under clock skew); no fencing token.
+
+use std::time::Duration;
+
+use tairlock::{Keyspace, Store, Ttl};
+use tairlock_rwlock::{TwoStepRwLock, TwoStepWrite};
+
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use crate::race::client::{Client, RaceStore, Step};
+
+/// The value a reader's holding carries: it is in no key, so it never matches a deletion.
+const READ_MARK: &[u8] = b"read:";
+
+/// The `rw-two-step` row of `tairlock race`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RwTwoStep;
+
+fn recipe<S: Store>(cx: &Client<S>) -> TwoStepRwLock<RaceStore<S>> {
+    // The race names its keys itself: no prefix, the race key is the lock name's hash tag.
+    let keyspace = Keyspace::new("").expect("empty prefix is valid");
+    TwoStepRwLock::with_keyspace(cx.store().clone(), cx.clock().clone(), keyspace)
+}
+
+impl<S: Store> Algorithm<S> for RwTwoStep {
+    fn name(&self) -> &'static str {
+        "rw-two-step"
+    }
+
+    fn expectation(&self) -> Expectation {
+        Expectation::Flawed
+    }
+
+    fn fenced(&self) -> bool {
+        false
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Step<Attempt>> {
+        Box::pin(async move {
+            let recipe = recipe(cx);
+            let read = cx.with_rng(|rng| rand::Rng::random_bool(rng, 0.75));
+            if read {
+                cx.pause("read:before-probe").await?;
+                if !recipe.probe_writer(lock).await? {
+                    return Ok(Attempt::Busy { retry_after: None });
+                }
+                cx.pause("read:between-probe-and-incr").await?;
+                recipe.enter_read(lock).await?;
+                let mut value = READ_MARK.to_vec();
+                value.extend_from_slice(cx.unique_token().as_bytes());
+                return Ok(Attempt::Acquired(Holding {
+                    value,
+                    fence: None,
+                    // A two-step reader has no lease at all; the race's lease is its budget.
+                    deadline: tokio::time::Instant::now() + ttl,
+                }));
+            }
+            cx.pause("write:before-count").await?;
+            if recipe.reader_count(lock).await? != 0 {
+                return Ok(Attempt::Busy { retry_after: None });
+            }
+            cx.pause("write:between-count-and-lock").await?;
+            match recipe.expire_lock(lock, ttl).await? {
+                Some(write) => Ok(Attempt::Acquired(Holding {
+                    value: write.expiry_ms().to_string().into_bytes(),
+                    fence: None,
+                    deadline: tokio::time::Instant::now() + ttl,
+                })),
+                None => Ok(Attempt::Busy { retry_after: None }),
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        holding: Holding,
+    ) -> BoxFuture<'a, Step<()>> {
+        Box::pin(async move {
+            let recipe = recipe(cx);
+            if holding.value.starts_with(READ_MARK) {
+                cx.pause("read:before-decr").await?;
+                recipe.exit_read(lock).await?;
+                return Ok(());
+            }
+            cx.pause("write:before-unlock").await?;
+            let expiry = std::str::from_utf8(&holding.value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .expect("a writer's holding is its expiry");
+            // Threshold unlock: deletes the lock if it expires no later than ours did.
+            recipe
+                .write_unlock(lock, &TwoStepWrite::new(expiry))
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn is_shared(&self, holding: &Holding) -> bool {
+        holding.value.starts_with(READ_MARK)
+    }
+
+    fn keys(&self, lock: &str) -> Vec<String> {
+        vec![format!("{{{lock}}}:w"), format!("{{{lock}}}:rc")]
+    }
+
+    /// Stuck: the write lock never expires (it always has a TTL), or the reader count is left
+    /// above (or below) 0 with no TTL — then `GET rc == 0` is never true again.
+    fn stuck<'a>(&'a self, store: &'a S, lock: &'a str) -> BoxFuture<'a, tairlock::Result<u64>> {
+        Box::pin(async move {
+            let (writer, count) = (format!("{{{lock}}}:w"), format!("{{{lock}}}:rc"));
+            let mut stuck = 0;
+            if store.pttl(&writer).await? == Ttl::Persistent {
+                stuck += 1;
+            }
+            let pinned = store
+                .get(&count)
+                .await?
+                .is_some_and(|v| v.as_slice() != b"0");
+            if pinned && store.pttl(&count).await? == Ttl::Persistent {
+                stuck += 1;
+            }
+            Ok(stuck)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tairlock::MemoryStore;
+    use tairlock::clock::{SharedClock, TokioClock};
+
+    use crate::race::{RaceConfig, run};
+
+    #[test]
+    fn rw_two_step_shows_overlaps_stuck_locks_and_foreign_deletions() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let rows = rt.block_on(async {
+            let clock: SharedClock = Arc::new(TokioClock::new());
+            let config = RaceConfig {
+                trials: 4,
+                algorithms: vec!["rw-two-step".to_owned()],
+                ..RaceConfig::default()
+            };
+            run(
+                MemoryStore::with_clock(clock.clone()),
+                clock,
+                "memory",
+                &config,
+                |_| {},
+            )
+            .await
+            .unwrap()
+        });
+        let by = |scenario: &str| rows.iter().find(|r| r.scenario == scenario).unwrap();
+        // I/II: a reader and a writer inside together.
+        assert!(by("short-stalls").overlaps > 0, "{:?}", by("short-stalls"));
+        // III: a crashed reader pins the count.
+        assert!(by("crashes").stuck_locks > 0, "{:?}", by("crashes"));
+        // IV: a fast reader clock deletes live write locks.
+        assert!(
+            by("clock-skew").foreign_deletions > 0,
+            "{:?}",
+            by("clock-skew")
+        );
+    }
+}

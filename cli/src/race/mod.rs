@@ -201,6 +201,7 @@ async fn run_row<S: Store>(
         scenario,
         lease: config.lease,
         latency: config.latency,
+        real_time: config.latency.is_none(),
     });
     let mut counts = Counts::default();
     for trial_no in 0..config.trials {

@@ -84,6 +84,10 @@ pub struct Plan {
     pub(crate) lease: Duration,
     /// Simulated network round trip (embedded store only): uniform in this range.
     pub(crate) latency: Option<(Duration, Duration)>,
+    /// Whether the race runs on real time (`--redis`). A short stall is meant to end *within*
+    /// the lease; on real time, sleeps overshoot (scheduler, a loaded machine), so it leaves a
+    /// wider margin before the deadline than on virtual time, where sleeps are exact.
+    pub(crate) real_time: bool,
 }
 
 impl Plan {
@@ -114,7 +118,11 @@ impl Plan {
             // Finish close to the end of the lease, but within it: a correct lock has no
             // overlap here, and a release that is itself delayed will cross the expiry.
             Scenario::ShortStalls if roll < 0.5 => {
-                let slack = self.between(rng, 0.01, 0.08);
+                let slack = if self.real_time {
+                    self.between(rng, 0.25, 0.35)
+                } else {
+                    self.between(rng, 0.01, 0.08)
+                };
                 match left.checked_sub(work + slack) {
                     Some(stall) if !stall.is_zero() => Action::Stall(stall),
                     _ => Action::Go,

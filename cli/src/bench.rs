@@ -13,11 +13,16 @@
 //! | `ping` | PING | — |
 //! | `expire-lock-cycle` | `expire_lock` + `expire_unlock` | floor cycle |
 //! | `reentrant-reacquire` | re-entry + release of a held reentrant lock | — (zero commands) |
+//! | `rw-read-cycle` | RW read acquire + read release | floor cycle |
+//! | `legacy-getset-cycle` | GetSetLock (ms unit) acquire + release: SETNX; GET + DEL | floor cycle |
+//! | `legacy-scripted-cycle` | ScriptedLock acquire + release | floor cycle |
 //! | `contended-handoff` | one acquisition by one of 8 workers holding 1 ms; latency = release → next holder | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
+//! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
 //! | `local-waiters-N` | one handoff among N waiters in one client | — (commands per handoff) |
 //! | `many-keys-throughput` | one script call, 64 tasks over 1,000 keys | — (compare `redis-benchmark-evalsha`) |
 //! | `redis-benchmark-evalsha` | `redis-benchmark -n 200000 -c 50` EVALSHA on the same server | — |
+//! | `memory-per-lock`, `memory-per-rwlock` | `MEMORY USAGE` of a held lock's keys; of an RW lock with 8 readers | — |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -80,19 +85,24 @@ pub struct BenchConfig {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 17] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
     "reentrant-reacquire",
+    "rw-read-cycle",
+    "legacy-getset-cycle",
+    "legacy-scripted-cycle",
     "contended-handoff",
     "contended-poll-setnx",
+    "contended-poll-getset",
     "local-waiters-1",
     "local-waiters-8",
     "local-waiters-32",
     "many-keys-throughput",
     "redis-benchmark-evalsha",
     "memory-per-lock",
+    "memory-per-rwlock",
 ];
 
 /// What the bench needs beyond the store contract: a ping and a command counter.
@@ -427,7 +437,85 @@ pub async fn run<S: BenchStore>(
                 rows.push(r);
                 continue;
             }
+            "rw-read-cycle" => {
+                let rw = tairlock_rwlock::RwLock::with_options(
+                    store.clone(),
+                    tairlock_rwlock::Options::default()
+                        .keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix")),
+                );
+                let lease = Duration::from_secs(10);
+                let mut s = timed(d, |i| {
+                    let rw = &rw;
+                    async move {
+                        let nonce = format!("r{i}");
+                        rw.read_acquire("rw", &nonce, lease).await?;
+                        rw.read_release("rw", &nonce).await?;
+                        Ok(())
+                    }
+                })
+                .await?;
+                let ratio = floor_cycle.map(|f| (1.0 / s.ops_per_sec()) / f);
+                (
+                    row(
+                        name,
+                        &store,
+                        Some(s.ops_per_sec()),
+                        s.pct(0.5),
+                        s.pct(0.99),
+                        ratio,
+                    ),
+                    s.ops + 50,
+                )
+            }
+            "legacy-getset-cycle" | "legacy-scripted-cycle" => {
+                let options =
+                    tairlock_legacy::Options::default().unit(tairlock_legacy::Unit::Millis);
+                let getset =
+                    tairlock_legacy::GetSetLock::with_options(store.clone(), options.clone());
+                let scripted = tairlock_legacy::ScriptedLock::with_options(store.clone(), options);
+                let lease = Duration::from_secs(10);
+                let scripted_row = *name == "legacy-scripted-cycle";
+                let mut s = timed(d, |_| {
+                    let (getset, scripted) = (&getset, &scripted);
+                    async move {
+                        let key = "tairlock-bench:legacy";
+                        let attempt = if scripted_row {
+                            scripted.try_acquire(key, lease).await?
+                        } else {
+                            getset.try_acquire(key, lease).await?
+                        };
+                        let tairlock_legacy::TryAcquire::Acquired(holding) = attempt else {
+                            return Err(tairlock::Error::new(
+                                tairlock::ErrorKind::Server,
+                                "bench lock unexpectedly held",
+                            ));
+                        };
+                        if scripted_row {
+                            scripted.release(&holding).await?;
+                        } else {
+                            getset.release(&holding).await?;
+                        }
+                        Ok(())
+                    }
+                })
+                .await?;
+                let ratio = floor_cycle.map(|f| (1.0 / s.ops_per_sec()) / f);
+                (
+                    row(
+                        name,
+                        &store,
+                        Some(s.ops_per_sec()),
+                        s.pct(0.5),
+                        s.pct(0.99),
+                        ratio,
+                    ),
+                    s.ops + 50,
+                )
+            }
             "contended-handoff" => contended(&store, 8, d, Handoff::Notify, ping_p50).await?,
+            "contended-poll-getset" => {
+                contended(&store, 8, d, Handoff::PollGetSet, ping_p50).await?
+            }
             "contended-poll-setnx" => contended(&store, 8, d, Handoff::PollSetNx, ping_p50).await?,
             "local-waiters-1" => contended(&store, 1 + 1, d, Handoff::Notify, ping_p50).await?,
             "local-waiters-8" => contended(&store, 8 + 1, d, Handoff::Notify, ping_p50).await?,
@@ -438,6 +526,10 @@ pub async fn run<S: BenchStore>(
                 None => continue,
             },
             "memory-per-lock" => match memory_per_lock(&store).await? {
+                Some(r) => (r, 0),
+                None => continue,
+            },
+            "memory-per-rwlock" => match memory_per_rwlock(&store).await? {
                 Some(r) => (r, 0),
                 None => continue,
             },
@@ -481,6 +573,7 @@ fn row<S: BenchStore>(
 enum Handoff {
     Notify,
     PollSetNx,
+    PollGetSet,
 }
 
 /// `workers` tasks contend for one key, each holding 1 ms per acquisition. Latency is the
@@ -494,6 +587,10 @@ async fn contended<S: BenchStore>(
 ) -> tairlock::Result<(BenchRow, u64)> {
     let name = format!("handoff-{}-{}", workers, tairlock::new_nonce());
     let locks = locks(store);
+    let getset = tairlock_legacy::GetSetLock::with_options(
+        store.clone(),
+        tairlock_legacy::Options::default().unit(tairlock_legacy::Unit::Millis),
+    );
     let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
     let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let per_worker: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
@@ -503,7 +600,8 @@ async fn contended<S: BenchStore>(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..workers {
-        let (locks, store, name) = (locks.clone(), store.clone(), name.clone());
+        let (locks, store, name, getset) =
+            (locks.clone(), store.clone(), name.clone(), getset.clone());
         let (released_at, handoffs, per_worker, last_worker, max_wait, stop) = (
             released_at.clone(),
             handoffs.clone(),
@@ -517,7 +615,15 @@ async fn contended<S: BenchStore>(
             while !stop.load(Ordering::Relaxed) {
                 let asked = Instant::now();
                 let token = tairlock::new_nonce();
+                let mut legacy = None;
                 let guard = match how {
+                    Handoff::PollGetSet => {
+                        match getset.acquire(&key, Duration::from_secs(5)).await? {
+                            Some(h) => legacy = Some(h),
+                            None => continue,
+                        }
+                        None
+                    }
                     Handoff::Notify => match locks
                         .lock_with_lease(
                             &name,
@@ -567,13 +673,20 @@ async fn contended<S: BenchStore>(
                     }
                     None => {
                         *released_at.lock() = Some(Instant::now());
-                        store
-                            .eval(
-                                &FLOOR_CAD,
-                                std::slice::from_ref(&key),
-                                std::slice::from_ref(&token),
-                            )
-                            .await?;
+                        match &legacy {
+                            Some(holding) => {
+                                getset.release(holding).await?;
+                            }
+                            None => {
+                                store
+                                    .eval(
+                                        &FLOOR_CAD,
+                                        std::slice::from_ref(&key),
+                                        std::slice::from_ref(&token),
+                                    )
+                                    .await?;
+                            }
+                        }
                     }
                 }
             }
@@ -614,6 +727,7 @@ async fn contended<S: BenchStore>(
     };
     r.scenario = match (how, workers) {
         (Handoff::PollSetNx, _) => "contended-poll-setnx".to_owned(),
+        (Handoff::PollGetSet, _) => "contended-poll-getset".to_owned(),
         (Handoff::Notify, 8) => "contended-handoff".to_owned(),
         (Handoff::Notify, n) => format!("local-waiters-{}", n - 1),
     };
@@ -758,6 +872,33 @@ async fn memory_per_lock<S: BenchStore>(store: &S) -> tairlock::Result<Option<Be
     r.note = format!(
         "{} bytes while held ({a} lock key + {b} fence key); {b} bytes retained for 60 s after release",
         a + b
+    );
+    Ok(Some(r))
+}
+
+/// `MEMORY USAGE` of an RW lock's keys with 8 live readers.
+async fn memory_per_rwlock<S: BenchStore>(store: &S) -> tairlock::Result<Option<BenchRow>> {
+    let rw = tairlock_rwlock::RwLock::with_options(
+        store.clone(),
+        tairlock_rwlock::Options::default()
+            .keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix")),
+    );
+    let nonces: Vec<String> = (0..8).map(|_| tairlock::new_nonce()).collect();
+    for n in &nonces {
+        rw.read_acquire("memory-probe-rw", n, Duration::from_secs(10))
+            .await?;
+    }
+    let keys = rw.keys("memory-probe-rw")?;
+    let readers = store.memory_usage(&keys.readers).await;
+    for n in &nonces {
+        rw.read_release("memory-probe-rw", n).await?;
+    }
+    let Some(readers) = readers else {
+        return Ok(None);
+    };
+    let mut r = row("memory-per-rwlock", store, None, None, None, None);
+    r.note = format!(
+        "{readers} bytes for 8 readers (one sorted set: nonce -> lease expiry); no writer key while only reading"
     );
     Ok(Some(r))
 }

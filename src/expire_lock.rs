@@ -265,7 +265,33 @@ impl<S: Store> ExpireLock<S> {
         let reply = self
             .eval_retrying(&EXPIRE_LOCK, &keys.both(), &args)
             .await?;
-        let items = array(&reply, &EXPIRE_LOCK)?;
+        decode_acquire(&reply, sent, ttl)
+    }
+
+    /// The keys and `ARGV` of one [`EXPIRE_LOCK`] call, after validating `name` and `ttl`.
+    pub(crate) fn acquire_request(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: String,
+    ) -> Result<([String; 2], [String; 3])> {
+        let keys = self.keys(name)?;
+        let ttl_ms = ttl_ms(ttl)?;
+        Ok((
+            keys.both(),
+            [ttl_ms.to_string(), nonce, self.retention_ms()],
+        ))
+    }
+}
+
+/// Decode an [`EXPIRE_LOCK`] reply for a request sent at `sent`.
+pub(crate) fn decode_acquire(
+    reply: &Reply,
+    sent: tokio::time::Instant,
+    ttl: Duration,
+) -> Result<Acquire> {
+    {
+        let items = array(reply, &EXPIRE_LOCK)?;
         match items.first().and_then(Reply::as_int) {
             Some(1) => Ok(Acquire::Acquired(
                 lease_at(items, 1, &EXPIRE_LOCK)?.with_deadline(deadline(sent, ttl)),
@@ -277,10 +303,12 @@ impl<S: Store> ExpireLock<S> {
                     remaining: Duration::from_millis(remaining as u64),
                 })
             }
-            _ => Err(unexpected(&EXPIRE_LOCK, &reply)),
+            _ => Err(unexpected(&EXPIRE_LOCK, reply)),
         }
     }
+}
 
+impl<S: Store> ExpireLock<S> {
     /// Delete the lock `name` only if it holds exactly `lease`.
     ///
     /// One round trip. Safe to repeat: a retried unlock reports [`Unlock::NotHeld`] and deletes

@@ -122,6 +122,46 @@ pub fn hash_tag(key: &str) -> &str {
     key
 }
 
+/// The Redis Cluster slot of a key: CRC16 (XMODEM) of its [`hash_tag`], modulo 16384, as
+/// `CLUSTER KEYSLOT` computes it.
+pub fn key_slot(key: &str) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in hash_tag(key).as_bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Check that every key hashes to one Redis Cluster slot, as the server requires of the declared
+/// keys of one script.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming the first key of another
+/// slot: the request would fail with `CROSSSLOT` on a cluster.
+pub fn check_one_slot(keys: &[String]) -> Result<()> {
+    let Some(first) = keys.first() else {
+        return Ok(());
+    };
+    let slot = key_slot(first);
+    for key in &keys[1..] {
+        if key_slot(key) != slot {
+            return Err(Error::invalid(format!(
+                "keys {first:?} (slot {slot}) and {key:?} (slot {}) would be CROSSSLOT on a cluster",
+                key_slot(key)
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +173,17 @@ mod tests {
         assert_eq!(keys.fence, "tairlock:{orders:42}:fence");
         assert_eq!(hash_tag(&keys.lock), "orders:42");
         assert_eq!(hash_tag(&keys.fence), "orders:42");
+    }
+
+    #[test]
+    fn key_slot_matches_redis() {
+        // Values from `CLUSTER KEYSLOT` (and the Redis Cluster spec's CRC16 test vector).
+        assert_eq!(key_slot("123456789"), 0x31c3);
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("{foo}:bar"), 12182);
+        assert_eq!(key_slot(""), 0);
+        assert!(check_one_slot(&["a{x}".into(), "{x}b".into()]).is_ok());
+        assert!(check_one_slot(&["a".into(), "b".into()]).is_err());
     }
 
     #[test]

@@ -37,7 +37,10 @@
 //!   lock can prevent that. Pass [`Lease::fence`] to the protected resource and have it reject
 //!   lower tokens; that is what makes a paused holder harmless.
 //! - Expiry is judged by the server's clock only; client clocks never decide anything.
-//! - A single Redis master with asynchronous replication can lose a lock on failover.
+//! - A single Redis master with asynchronous replication can lose a lock on failover;
+//!   [`ReplicatedLock`] makes acquisitions wait for replicas. Scale-out modes (Redis Cluster via
+//!   [`ClusterStore`], replica acknowledgements, [`Redlock`] over independent masters) are
+//!   compared in `docs/scaling-out.md`.
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -53,7 +56,9 @@ mod lease;
 #[doc(hidden)]
 pub mod loom_models;
 pub mod notify;
+pub mod redlock;
 pub mod reentrant;
+pub mod replicated;
 pub mod script;
 pub mod scripts;
 pub mod store;
@@ -67,7 +72,9 @@ pub use crate::expire_lock::{
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};
+pub use crate::redlock::{Redlock, RedlockLease, RedlockOptions};
 pub use crate::reentrant::{OwnedReentrantGuard, Owner, ReentrantGuard, ReentrantLock};
+pub use crate::replicated::{ReplicatedAcquire, ReplicatedLock};
 pub use crate::script::{Reply, Script};
-pub use crate::store::{MemoryStore, RedisStore, Store, Ttl};
+pub use crate::store::{ClusterStore, MemoryStore, RedisStore, Store, Ttl};
 pub use crate::wait::WaitStrategy;

@@ -7,6 +7,7 @@
 //! | store | where | time | scripts |
 //! |---|---|---|---|
 //! | [`RedisStore`] | a Redis or Valkey server | the server's `TIME` | `EVALSHA`, reloaded on `NOSCRIPT` |
+//! | [`ClusterStore`] | a Redis Cluster | each key's master's `TIME` | `EVALSHA`, routed by the first key |
 //! | [`MemoryStore`] | this process | an injected [`Clock`](crate::clock::Clock) | the native body, under one mutex |
 //!
 //! Both obey the same contract, proven by the conformance suite (`tests/store_contract.rs`) and
@@ -18,11 +19,120 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::script::{Reply, Script};
 
+pub mod cluster;
 pub mod memory;
 pub mod redis;
 
+pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
+
+/// What [`Store::eval_wait`] waits for after the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WaitFor {
+    /// How many replicas must acknowledge the script's writes.
+    pub replicas: usize,
+    /// How long the server waits for them (`WAIT`'s timeout; at least 1 ms, since 0 would mean
+    /// forever).
+    pub timeout: Duration,
+    /// Wait for the replicas to `fsync` their append-only file (`WAITAOF 0 replicas timeout`,
+    /// Redis 7.2+) instead of merely receiving the write (`WAIT`).
+    pub aof: bool,
+}
+
+impl WaitFor {
+    /// `WAIT replicas timeout`.
+    pub fn replicas(replicas: usize, timeout: Duration) -> Self {
+        WaitFor {
+            replicas,
+            timeout,
+            aof: false,
+        }
+    }
+
+    /// `WAITAOF 0 replicas timeout` instead of `WAIT`.
+    pub fn aof(mut self, aof: bool) -> Self {
+        self.aof = aof;
+        self
+    }
+
+    fn timeout_ms(&self) -> u64 {
+        (self.timeout.as_millis() as u64).max(1)
+    }
+}
+
+/// How many replicas acknowledged, as `WAIT`/`WAITAOF` counted them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acks {
+    /// Replicas that acknowledged the writes (or fsynced them, with `WAITAOF`).
+    pub replicas: usize,
+}
+
+/// `EVAL script keys args` then `WAIT`/`WAITAOF`, as one pipeline. `EVAL` rather than `EVALSHA`:
+/// a pipeline is not retried on `NOSCRIPT`, and the server caches the compiled body anyway.
+pub(crate) fn wait_pipeline(
+    script: &'static Script,
+    keys: &[String],
+    args: &[String],
+    wait: &WaitFor,
+) -> ::redis::Pipeline {
+    let mut pipe = ::redis::pipe();
+    pipe.cmd("EVAL")
+        .arg(script.lua())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    if wait.aof {
+        pipe.cmd("WAITAOF")
+            .arg(0)
+            .arg(wait.replicas)
+            .arg(wait.timeout_ms());
+    } else {
+        pipe.cmd("WAIT").arg(wait.replicas).arg(wait.timeout_ms());
+    }
+    pipe
+}
+
+/// Run a [`wait_pipeline`], bounded by the wait's timeout plus two seconds for the round trip.
+pub(crate) async fn run_wait_pipeline<C: ::redis::aio::ConnectionLike>(
+    con: &mut C,
+    pipe: ::redis::Pipeline,
+    wait: &WaitFor,
+) -> Result<(Reply, Acks)> {
+    let bound = wait.timeout + Duration::from_secs(2);
+    let (reply, acks): (::redis::Value, ::redis::Value) =
+        match tokio::time::timeout(bound, pipe.query_async(con)).await {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(crate::Error::new(
+                    crate::ErrorKind::Timeout,
+                    format!("script + WAIT got no reply within {bound:?}"),
+                ));
+            }
+        };
+    let replicas = match acks {
+        ::redis::Value::Int(n) => n,
+        // WAITAOF: [local, replicas].
+        ::redis::Value::Array(ref items) => match items.get(1) {
+            Some(::redis::Value::Int(n)) => *n,
+            _ => -1,
+        },
+        _ => -1,
+    };
+    if replicas < 0 {
+        return Err(crate::Error::new(
+            crate::ErrorKind::Server,
+            format!("unexpected WAIT reply: {acks:?}"),
+        ));
+    }
+    Ok((
+        Reply::from(reply),
+        Acks {
+            replicas: replicas as usize,
+        },
+    ))
+}
 
 /// A key's remaining time to live, as `PTTL` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +205,31 @@ pub trait Store: Clone + Send + Sync + 'static {
         keys: &[String],
         args: &[String],
     ) -> impl Future<Output = Result<Reply>> + Send;
+
+    /// Run `script` and then wait for replicas to acknowledge its writes, in one pipeline on
+    /// the connection to the master of `keys` (so `WAIT` counts exactly this script's writes).
+    ///
+    /// # Errors
+    ///
+    /// The stores without replicas (the embedded one) answer
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput); a reply later than the wait's
+    /// timeout plus two seconds is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) (the script
+    /// may have run).
+    fn eval_wait(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+        wait: WaitFor,
+    ) -> impl Future<Output = Result<(Reply, Acks)>> + Send {
+        let _ = (script, keys, args, wait);
+        async {
+            Err(crate::Error::new(
+                crate::ErrorKind::InvalidInput,
+                "this store has no replicas to wait for",
+            ))
+        }
+    }
 
     /// The shared release-notification channel of this store handle, if it has one (both stores
     /// do; a wrapper that does not delegate this makes waiters poll instead).

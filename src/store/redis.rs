@@ -56,6 +56,9 @@ pub struct RedisStore {
     client: redis::Client,
     url: String,
     notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
+    /// A second connection for `WAIT`, which blocks its connection; made on first use.
+    wait_con: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    options: RedisOptions,
 }
 
 impl fmt::Debug for RedisStore {
@@ -86,12 +89,7 @@ impl RedisStore {
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         let client = redis::Client::open(url)
             .map_err(|e| Error::invalid(format!("bad redis url {url:?}: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.response_timeout))
-            .set_connection_timeout(Some(options.connection_timeout))
-            .set_number_of_retries(options.reconnect_retries)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(options.reconnect_max_delay);
+        let config = manager_config(&options);
         let con = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| {
@@ -108,6 +106,8 @@ impl RedisStore {
             client,
             url: redact(url),
             notifier: Default::default(),
+            wait_con: Default::default(),
+            options,
         })
     }
 
@@ -184,7 +184,16 @@ impl RedisStore {
     }
 }
 
-fn redact(url: &str) -> String {
+fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(options.response_timeout))
+        .set_connection_timeout(Some(options.connection_timeout))
+        .set_number_of_retries(options.reconnect_retries)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(options.reconnect_max_delay)
+}
+
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             format!("{}://***@{}", &url[..scheme], &url[at + 1..])
@@ -287,6 +296,26 @@ impl Store for RedisStore {
         let mut con = self.con.clone();
         let value: redis::Value = invocation.invoke_async(&mut con).await?;
         Ok(Reply::from(value))
+    }
+
+    async fn eval_wait(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+        wait: super::WaitFor,
+    ) -> Result<(Reply, super::Acks)> {
+        let con = self
+            .wait_con
+            .get_or_try_init(|| async {
+                // No response timeout of its own: `WAIT` may take as long as it was told to, and
+                // `run_wait_pipeline` bounds it.
+                let config = manager_config(&self.options).set_response_timeout(None);
+                ConnectionManager::new_with_config(self.client.clone(), config).await
+            })
+            .await?;
+        let pipe = super::wait_pipeline(script, keys, args, &wait);
+        super::run_wait_pipeline(&mut con.clone(), pipe, &wait).await
     }
 
     async fn notifier(&self) -> Option<crate::notify::Notifier> {

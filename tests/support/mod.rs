@@ -9,6 +9,7 @@
 //! Every test file declares `mod support;`; not every helper is used by every file.
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
+pub mod cluster;
 pub mod server;
 
 use std::collections::BTreeMap;

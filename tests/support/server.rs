@@ -33,6 +33,8 @@ pub struct RedisServer {
     args: Vec<String>,
     dir: PathBuf,
     child: Option<Child>,
+    /// A cluster node: its port P is chosen so that the bus port P + 10000 is free too.
+    cluster_bus: bool,
 }
 
 impl std::fmt::Debug for RedisServer {
@@ -67,12 +69,48 @@ impl RedisServer {
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             dir,
             child: None,
+            cluster_bus: false,
         };
+        server.start_loop();
+        server
+    }
+
+    /// A Redis Cluster node (`--cluster-enabled yes`, config file `nodes.conf` in its private
+    /// dir, kept across [`restart`](Self::restart)), on a port P such that P and P + 10000 (the
+    /// cluster bus) were both free.
+    pub fn start_cluster_node(args: &[&str]) -> RedisServer {
+        let mut all = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "3000",
+        ];
+        all.extend_from_slice(args);
+        let mut server = RedisServer {
+            bin: redis_server_bin(),
+            port: 0,
+            args: all.iter().map(|a| (*a).to_owned()).collect(),
+            dir: private_dir(),
+            child: None,
+            cluster_bus: true,
+        };
+        server.start_loop();
+        server
+    }
+
+    fn start_loop(&mut self) {
+        let server = self;
         let mut taken = Vec::new();
         for _ in 0..SPAWN_ATTEMPTS {
-            server.port = free_port();
+            server.port = if server.cluster_bus {
+                free_port_with_bus()
+            } else {
+                free_port()
+            };
             match server.spawn() {
-                Ok(()) => return server,
+                Ok(()) => return,
                 Err(SpawnError::PortTaken(why)) => {
                     taken.push(format!("port {}: {why}", server.port))
                 }
@@ -251,6 +289,7 @@ impl RedisServer {
                 let log = self.log();
                 if log.contains("Address already in use")
                     || log.contains("Could not create server TCP")
+                    || log.contains("Could not bind")
                 {
                     return Err(SpawnError::PortTaken(format!(
                         "redis-server exited ({status}): port in use"
@@ -342,6 +381,24 @@ fn redis_server_bin() -> PathBuf {
 fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local addr").port()
+}
+
+/// A free port P (≤ 55535) whose cluster bus port P + 10000 is free as well: both are bound at
+/// once, then released.
+fn free_port_with_bus() -> u16 {
+    for _ in 0..1000 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local addr").port();
+        if port > 55535 {
+            continue;
+        }
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port + 10000)).is_ok()
+            && TcpListener::bind((Ipv4Addr::UNSPECIFIED, port + 10000)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port P with a free cluster bus port P + 10000 after 1000 tries")
 }
 
 /// A fresh directory under the system temp dir, unique per process and per server.

@@ -1,0 +1,323 @@
+//! The store on a Redis Cluster.
+//!
+//! One `redis::cluster_async::ClusterConnection` (cheap to clone, shared by every lock of a
+//! client): it learns the slot map from the seed nodes, sends each command to the master of its
+//! key's slot, follows `MOVED`/`ASK` redirections and retries `TRYAGAIN`/`CLUSTERDOWN` while a slot
+//! migrates or a failover completes. Scripts run by `EVALSHA`, routed by their first key; on
+//! `NOSCRIPT` the script is loaded on every node and run again.
+//!
+//! # Hash slots
+//!
+//! Every multi-key script of every lock kind declares keys under one hash tag
+//! (`<prefix>{name}…`), so they live in one slot and never meet `CROSSSLOT`. [`ClusterStore`]
+//! checks that before sending ([`check_one_slot`](crate::keys::check_one_slot)) and answers
+//! [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) instead of a server error when a
+//! caller's own keys would not.
+//!
+//! # Release notifications
+//!
+//! A classic `PUBLISH` (what the release scripts send) is broadcast to every node of a cluster,
+//! so the store's [`Notifier`](crate::notify::Notifier) is one ordinary pub/sub connection to the
+//! first seed node that answers. If that node goes away, waiters fall back to timed retries
+//! (bounded by the holder's remaining lease) while the subscriber reconnects to the same node.
+//!
+//! # Not guaranteed
+//!
+//! Redis Cluster replicates asynchronously: a lock written on a master that fails before its
+//! replica has the write is lost on failover, exactly as with one master and a replica. See
+//! [`ReplicatedLock`](crate::replicated::ReplicatedLock) for acquisitions that wait for replicas.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+
+use super::{Store, Ttl};
+use crate::error::{Error, Result};
+use crate::script::{Reply, Script};
+
+/// Connection settings for [`ClusterStore`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClusterOptions {
+    /// How long one command may take on one node before it fails with a timeout.
+    pub response_timeout: Duration,
+    /// How long one connection attempt may take.
+    pub connection_timeout: Duration,
+    /// How many times a command is retried on `MOVED`/`ASK`/`TRYAGAIN`/`CLUSTERDOWN` or a
+    /// connection error.
+    pub retries: u32,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_secs(2),
+            retries: 8,
+        }
+    }
+}
+
+/// The Redis Cluster store. See the [module docs](self).
+#[derive(Clone)]
+pub struct ClusterStore {
+    con: ClusterConnection,
+    /// A second connection for commands that block their node connection (`WAIT`), with no
+    /// response timeout of its own (callers bound it).
+    blocking_con: ClusterConnection,
+    runtime: tokio::runtime::Handle,
+    urls: Vec<String>,
+    notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
+}
+
+impl fmt::Debug for ClusterStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterStore")
+            .field("urls", &self.urls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterStore {
+    /// Connect to the cluster that these seed nodes belong to (`redis://host:port` each; any
+    /// subset of the nodes will do) with default options.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for no URL or a malformed one,
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no seed node answers.
+    pub async fn connect<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
+        ClusterStore::connect_with(urls, ClusterOptions::default()).await
+    }
+
+    /// Connect with explicit options.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with<S: AsRef<str>>(urls: &[S], options: ClusterOptions) -> Result<Self> {
+        let urls: Vec<String> = urls.iter().map(|u| u.as_ref().to_owned()).collect();
+        if urls.is_empty() {
+            return Err(Error::invalid(
+                "a cluster store needs at least one seed URL",
+            ));
+        }
+        let redacted: Vec<String> = urls.iter().map(|u| super::redis::redact(u)).collect();
+        let build = |response_timeout: Duration| {
+            ClusterClient::builder(urls.iter().map(String::as_str))
+                .response_timeout(response_timeout)
+                .connection_timeout(options.connection_timeout)
+                .retries(options.retries)
+                .min_retry_wait(10)
+                .max_retry_wait(500)
+                .build()
+                .map_err(|e| Error::invalid(format!("bad cluster urls {redacted:?}: {e}")))
+        };
+        let connect = |client: ClusterClient| {
+            let redacted = redacted.clone();
+            async move {
+                client.get_async_connection().await.map_err(|e| {
+                    let e = Error::from(e);
+                    Error::new(
+                        e.kind(),
+                        format!("cannot connect to cluster {redacted:?}: {}", e.message()),
+                    )
+                })
+            }
+        };
+        let con = connect(build(options.response_timeout)?).await?;
+        // `WAIT` may legitimately take as long as its own timeout: the caller bounds it.
+        let blocking_con = connect(build(Duration::from_secs(24 * 3600))?).await?;
+        Ok(ClusterStore {
+            con,
+            blocking_con,
+            runtime: tokio::runtime::Handle::current(),
+            urls,
+            notifier: Default::default(),
+        })
+    }
+
+    /// The seed URLs, with any password removed.
+    pub fn urls(&self) -> Vec<String> {
+        self.urls.iter().map(|u| super::redis::redact(u)).collect()
+    }
+
+    /// Send any command, routed by the `redis` crate's cluster rules (by key; keyless commands
+    /// to a random node or to all of them, depending on the command).
+    ///
+    /// # Errors
+    ///
+    /// Whatever the server answers.
+    pub async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut con = self.con.clone();
+        Ok(cmd.query_async(&mut con).await?)
+    }
+
+    /// `SCRIPT LOAD` every given script on every node now.
+    ///
+    /// # Errors
+    ///
+    /// Whatever the servers answer.
+    pub async fn preload(&self, scripts: &[&'static Script]) -> Result<()> {
+        for script in scripts {
+            let mut con = self.con.clone();
+            script.redis().prepare_invoke().load_async(&mut con).await?;
+        }
+        Ok(())
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
+        let mut con = self.con.clone();
+        Ok(cmd.query_async(&mut con).await?)
+    }
+}
+
+fn cmd(name: &str) -> redis::Cmd {
+    redis::cmd(name)
+}
+
+impl Store for ClusterStore {
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.query(cmd("GET").arg(key).clone()).await
+    }
+
+    async fn set_nx(&self, key: &str, value: &[u8]) -> Result<bool> {
+        self.query(cmd("SETNX").arg(key).arg(value).clone()).await
+    }
+
+    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
+        let reply: Option<String> = self
+            .query(
+                cmd("SET")
+                    .arg(key)
+                    .arg(value)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .clone(),
+            )
+            .await?;
+        Ok(reply.is_some())
+    }
+
+    async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.query(cmd("SET").arg(key).arg(value).clone()).await
+    }
+
+    async fn getset(&self, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.query(cmd("GETSET").arg(key).arg(value).clone()).await
+    }
+
+    async fn getdel(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.query(cmd("GETDEL").arg(key).clone()).await
+    }
+
+    async fn del(&self, key: &str) -> Result<bool> {
+        let n: i64 = self.query(cmd("DEL").arg(key).clone()).await?;
+        Ok(n > 0)
+    }
+
+    async fn incr(&self, key: &str) -> Result<i64> {
+        self.query(cmd("INCR").arg(key).clone()).await
+    }
+
+    async fn decr(&self, key: &str) -> Result<i64> {
+        self.query(cmd("DECR").arg(key).clone()).await
+    }
+
+    async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
+        self.query(cmd("EXPIRE").arg(key).arg(seconds).clone())
+            .await
+    }
+
+    async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
+        self.query(cmd("PEXPIRE").arg(key).arg(ttl.as_millis() as u64).clone())
+            .await
+    }
+
+    async fn pttl(&self, key: &str) -> Result<Ttl> {
+        Ok(Ttl::from_pttl(
+            self.query(cmd("PTTL").arg(key).clone()).await?,
+        ))
+    }
+
+    async fn key_type(&self, key: &str) -> Result<String> {
+        self.query(cmd("TYPE").arg(key).clone()).await
+    }
+
+    async fn time(&self) -> Result<Duration> {
+        // Keyless: answered by a random node. Scripts read the clock of their own key's master.
+        let (secs, micros): (u64, u64) = self.query(cmd("TIME")).await?;
+        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+    }
+
+    async fn eval(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        crate::keys::check_one_slot(keys)?;
+        let mut invocation = script.redis().prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let mut con = self.con.clone();
+        let value: redis::Value = invocation.invoke_async(&mut con).await?;
+        Ok(Reply::from(value))
+    }
+
+    async fn eval_wait(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+        wait: super::WaitFor,
+    ) -> Result<(Reply, super::Acks)> {
+        crate::keys::check_one_slot(keys)?;
+        if keys.is_empty() {
+            return Err(Error::invalid(
+                "eval_wait needs a key: it routes the pipeline to that key's master",
+            ));
+        }
+        // One pipeline, routed as a whole to the master of its first keyed command: the script
+        // and the WAIT that follows it run on the same node connection, so WAIT counts the
+        // replicas that have the script's writes.
+        let pipe = super::wait_pipeline(script, keys, args, &wait);
+        let mut con = self.blocking_con.clone();
+        super::run_wait_pipeline(&mut con, pipe, &wait).await
+    }
+
+    async fn notifier(&self) -> Option<crate::notify::Notifier> {
+        self.notifier
+            .get_or_try_init(|| async {
+                let mut last = None;
+                for url in &self.urls {
+                    let client = match redis::Client::open(url.as_str()) {
+                        Ok(client) => client,
+                        Err(e) => {
+                            last = Some(Error::from(e));
+                            continue;
+                        }
+                    };
+                    match crate::notify::Notifier::redis(client).await {
+                        Ok(n) => return Ok(n),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| Error::invalid("no seed URL")))
+            })
+            .await
+            .ok()
+            .cloned()
+    }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        Some(self.runtime.clone())
+    }
+}

@@ -1,0 +1,154 @@
+//! A real Redis Cluster per test: N master nodes on free loopback ports.
+//!
+//! - Each node is a [`RedisServer::start_cluster_node`] (port P with bus port P + 10000 free,
+//!   `nodes.conf` in its private dir, no persistence).
+//! - `redis-cli --cluster create 127.0.0.1:P1 … --cluster-replicas 0 --cluster-yes` assigns the
+//!   slots; then every node must report `cluster_state:ok` (and all 16384 slots assigned).
+//! - Dropping the cluster kills every node (each node prints its log tail if the test panicked);
+//!   every failure here carries all node logs.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::server::RedisServer;
+
+/// How long the cluster may take to reach `cluster_state:ok` on every node.
+const OK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A cluster owned by one test. See the [module docs](self).
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The nodes, in `--cluster create` order (all masters).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `masters` masters, no replicas, all slots assigned and `cluster_state:ok` everywhere.
+    pub fn start(masters: usize) -> RedisCluster {
+        assert!(
+            masters >= 3,
+            "redis-cli --cluster create needs at least 3 masters"
+        );
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| RedisServer::start_cluster_node(&[]))
+            .collect();
+        let cluster = RedisCluster { nodes };
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(
+            cluster
+                .nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port())),
+        );
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        cluster.redis_cli(&args);
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Run `redis-cli args…`, failing with its output and every node's log unless it succeeds.
+    pub fn redis_cli(&self, args: &[String]) -> String {
+        let out = Command::new("redis-cli")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| self.fail(format!("cannot run redis-cli {args:?}: {e}")));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() || text.contains("[ERR]") {
+            self.fail(format!(
+                "redis-cli {args:?} failed ({}):\n{text}",
+                out.status
+            ));
+        }
+        text
+    }
+
+    /// Wait until every node reports `cluster_state:ok` with all slots assigned.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + OK_TIMEOUT;
+        loop {
+            let states: Vec<String> = self
+                .nodes
+                .iter()
+                .map(|n| n.cli(&["CLUSTER", "INFO"]))
+                .collect();
+            if states.iter().all(|s| {
+                s.contains("cluster_state:ok") && s.contains("cluster_slots_assigned:16384")
+            }) {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.fail(format!(
+                    "cluster not ok on every node within {OK_TIMEOUT:?}:\n{}",
+                    states.join("\n----\n")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `redis://127.0.0.1:P` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// A [`tairlock::ClusterStore`] over every node (needs a tokio runtime).
+    pub async fn store(&self) -> tairlock::ClusterStore {
+        match tairlock::ClusterStore::connect(&self.urls()).await {
+            Ok(store) => store,
+            Err(e) => self.fail(format!("cannot connect a ClusterStore: {e}")),
+        }
+    }
+
+    /// The index of the node that serves `slot`, by node 0's `CLUSTER SLOTS`.
+    pub fn node_of_slot(&self, slot: u16) -> usize {
+        let client = redis::Client::open(self.nodes[0].url()).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let slots: Vec<(u16, u16, (String, u16))> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query::<Vec<redis::Value>>(&mut con)
+            .unwrap()
+            .into_iter()
+            .map(|range| {
+                let redis::Value::Array(items) = range else {
+                    panic!("bad CLUSTER SLOTS reply")
+                };
+                let int = |v: &redis::Value| match v {
+                    redis::Value::Int(i) => *i as u16,
+                    other => panic!("bad CLUSTER SLOTS entry {other:?}"),
+                };
+                let redis::Value::Array(master) = &items[2] else {
+                    panic!("bad CLUSTER SLOTS master")
+                };
+                let host: String = redis::from_redis_value_ref(&master[0]).unwrap();
+                (int(&items[0]), int(&items[1]), (host, int(&master[1])))
+            })
+            .collect();
+        let (_, _, (_, port)) = slots
+            .iter()
+            .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+            .unwrap_or_else(|| self.fail(format!("slot {slot} is not served")));
+        self.nodes
+            .iter()
+            .position(|n| n.port() == *port)
+            .unwrap_or_else(|| self.fail(format!("slot {slot} served by unknown port {port}")))
+    }
+
+    /// Every node's log, framed.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::log_section)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Panic with `message` and every node's log.
+    #[track_caller]
+    pub fn fail(&self, message: impl std::fmt::Display) -> ! {
+        panic!("{message}\n{}", self.logs())
+    }
+}

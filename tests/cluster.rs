@@ -245,3 +245,145 @@ async fn throughput_one_master_vs_three_master_cluster() {
          3-master cluster {three:.0} acq/s"
     );
 }
+
+/// Move one slot from `from` to `to` by hand, as `redis-cli --cluster reshard` does, with
+/// pauses between the steps so that clients meet every intermediate state (`ASK` while keys
+/// are split between the nodes, `TRYAGAIN` for a script whose keys are split, `MOVED` after).
+fn migrate_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize, pause: Duration) {
+    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]);
+    let (from_id, to_id) = (id(from), id(to));
+    let slot_s = slot.to_string();
+    let ok = |i: usize, args: &[&str]| {
+        let reply = cluster.nodes[i].cli(args);
+        if reply != "OK" {
+            cluster.fail(format!("node {i}: {args:?} answered {reply:?}"));
+        }
+    };
+    ok(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
+    ok(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
+    std::thread::sleep(pause);
+    let to_port = cluster.nodes[to].port().to_string();
+    loop {
+        let keys = cluster.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]);
+        let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+        if keys.is_empty() {
+            break;
+        }
+        // One key at a time: the lock and its fence key are split for a while.
+        for key in keys {
+            let reply = cluster.nodes[from].cli(&[
+                "MIGRATE",
+                "127.0.0.1",
+                &to_port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                key,
+            ]);
+            // NOKEY: the key expired or was deleted meanwhile.
+            if reply != "OK" && reply != "NOKEY" {
+                cluster.fail(format!("MIGRATE {key} answered {reply:?}"));
+            }
+            std::thread::sleep(pause);
+        }
+    }
+    ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+    ok(from, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+    for other in (0..cluster.nodes.len()).filter(|&i| i != from && i != to) {
+        ok(other, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+    }
+}
+
+/// Several tasks contend on one lock while its slot moves to another master: never two
+/// holders, no error, every waiter gets in within 10 s (none stuck), and the lock works on the
+/// new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshard_while_contending() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    let store = cluster.store().await;
+    let name = "resharded";
+    let slot = key_slot(&format!("{}{{{name}}}", tairlock::keys::DEFAULT_PREFIX));
+    let from = cluster.node_of_slot(slot);
+    let to = (from + 1) % cluster.nodes.len();
+
+    let inside = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let moved = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let locks = ExpireLock::new(store.clone());
+        let (inside, stop, moved) = (inside.clone(), stop.clone(), moved.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut entries, mut after_move) = (0u32, 0u32);
+            while !stop.load(Ordering::SeqCst) {
+                let was_moved = moved.load(Ordering::SeqCst);
+                // Bounded: a waiter that never gets in fails the test instead of hanging it.
+                let outcome = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    locks.with_lock(name, |_| async {
+                        assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        inside.store(false, Ordering::SeqCst);
+                    }),
+                )
+                .await
+                .expect("a waiter stayed stuck for 10 s");
+                match outcome {
+                    Ok(()) => {}
+                    // While the lock's keys sit on two nodes, multi-key scripts get TRYAGAIN; the
+                    // cluster client retries, but a long enough split can outlast its retries.
+                    // That is a transient, documented cluster condition, not a safety failure:
+                    // count it and try again (safety is the `inside` check above).
+                    Err(e)
+                        if e.message().contains("TRYAGAIN")
+                            || e.is_connection()
+                            || e.is_timeout() =>
+                    {
+                        eprintln!("transient error during the migration (retried): {e}");
+                        continue;
+                    }
+                    Err(e) => panic!("with_lock failed during the migration: {e}"),
+                }
+                entries += 1;
+                if was_moved {
+                    after_move += 1;
+                }
+            }
+            (entries, after_move)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let migration = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            migrate_slot(&cluster, slot, from, to, Duration::from_millis(150))
+        })
+    };
+    migration.await.expect("migration panicked");
+    moved.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut counts = Vec::new();
+    for task in tasks {
+        counts.push(task.await.expect("contending task failed"));
+    }
+    eprintln!("(entries, entries after the move) per task: {counts:?}");
+    // Every task's last wait ended (bounded at 10 s each): no waiter stuck. Entries per task are
+    // not balanced — the lock has no FIFO order, and one task may get in only once or twice
+    // while the others cycle, with or without a migration — so only the total after the move
+    // is required to be non-zero.
+    assert!(counts.iter().all(|&(entries, _)| entries > 0), "{counts:?}");
+    assert!(
+        counts.iter().map(|&(_, after)| after).sum::<u32>() > 0,
+        "nobody got in after the move: {counts:?}"
+    );
+    assert_eq!(cluster.node_of_slot(slot), to, "the slot moved");
+    // The lock's keys live on the new master now (the fence key at least: it never expires).
+    let fence_key = format!("{}{{{name}}}:fence", tairlock::keys::DEFAULT_PREFIX);
+    assert_eq!(cluster.nodes[to].cli(&["EXISTS", &fence_key]), "1");
+    assert_eq!(
+        cluster.nodes[from].cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]),
+        "0"
+    );
+}

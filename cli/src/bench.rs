@@ -23,6 +23,11 @@
 //! | `many-keys-throughput` | one script call, 64 tasks over 1,000 keys | — (compare `redis-benchmark-evalsha`) |
 //! | `redis-benchmark-evalsha` | `redis-benchmark -n 200000 -c 50` EVALSHA on the same server | — |
 //! | `memory-per-lock`, `memory-per-rwlock` | `MEMORY USAGE` of a held lock's keys; of an RW lock with 8 readers | — |
+//! | `redlock-cycle` (`--redlock` only, see [`redlock`]) | `Redlock::try_acquire` + `release` over N servers | floor cycle on the first server |
+//!
+//! On a Redis Cluster (`--cluster`) every scenario runs through a
+//! [`ClusterStore`]; `redis-benchmark-evalsha` and the `memory-per-*` rows are skipped (no
+//! single server to point them at) and `commands_per_op` counts the client's commands only.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,8 +41,8 @@ use rand::Rng;
 use serde::Serialize;
 use tairlock::store::memory::{CommandResult, Db};
 use tairlock::{
-    Acquire, ExpireLock, Keyspace, MemoryStore, Options, Owner, RedisStore, ReentrantLock, Reply,
-    Script, Store, Ttl,
+    Acquire, ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, Owner, RedisStore, Redlock,
+    RedlockOptions, ReentrantLock, Reply, Script, Store, Ttl,
 };
 
 /// The floor's compare-and-delete.
@@ -259,6 +264,104 @@ impl BenchStore for Counted<RedisStore> {
     fn label(&self) -> &'static str {
         "redis"
     }
+}
+
+impl BenchStore for Counted<ClusterStore> {
+    async fn ping(&self) -> tairlock::Result<()> {
+        self.tick();
+        self.inner
+            .command::<String>(&redis::cmd("PING"))
+            .await
+            .map(|_| ())
+    }
+
+    /// Commands this client sent (the notifier's subscriptions are not counted on a cluster).
+    async fn commands(&self) -> Option<u64> {
+        Some(self.count.load(Ordering::Relaxed))
+    }
+
+    async fn memory_usage(&self, _key: &str) -> Option<u64> {
+        None
+    }
+
+    fn host_port(&self) -> Option<(String, u16)> {
+        None
+    }
+
+    fn label(&self) -> &'static str {
+        "cluster"
+    }
+}
+
+/// `tairlock bench --redlock URL,URL,…`: `floor-cycle` on the first server, then
+/// `redlock-cycle` — one [`Redlock::try_acquire`] + [`Redlock::release`] over every server
+/// (requests to the servers go out concurrently), its ratio to that floor. `config.only`
+/// selects between the two (both if empty).
+///
+/// # Errors
+///
+/// Store errors, or a cycle that did not get a majority (another client holds the bench key).
+pub async fn redlock(
+    servers: Vec<RedisStore>,
+    config: &BenchConfig,
+    mut progress: impl FnMut(usize, usize, &str),
+) -> tairlock::Result<Vec<BenchRow>> {
+    let n = servers.len();
+    let first = servers.first().cloned().ok_or_else(|| {
+        tairlock::Error::new(
+            tairlock::ErrorKind::InvalidInput,
+            "redlock needs at least one server",
+        )
+    })?;
+    let want = |name: &str| config.only.is_empty() || config.only.iter().any(|o| o == name);
+    let mut rows = Vec::new();
+    let mut floor_cycle = None;
+    if want("floor-cycle") {
+        let floor_config = BenchConfig {
+            duration: config.duration,
+            only: vec!["floor-cycle".to_owned()],
+        };
+        let floor = run(Counted::new(first), &floor_config, |_, _, name| {
+            progress(0, 2, name)
+        })
+        .await?;
+        floor_cycle = floor
+            .first()
+            .and_then(|r| r.ops_per_sec)
+            .map(|ops| 1.0 / ops);
+        rows.extend(floor);
+    }
+    if want("redlock-cycle") {
+        progress(1, 2, "redlock-cycle");
+        let options = RedlockOptions::default()
+            .keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix"));
+        let redlock = Redlock::new(servers, options)?;
+        let quorum = redlock.quorum();
+        let ttl = Duration::from_secs(10);
+        let mut s = timed(config.duration, |_| async {
+            let Some(lease) = redlock.try_acquire("redlock-cycle", ttl).await? else {
+                return Err(tairlock::Error::new(
+                    tairlock::ErrorKind::Server,
+                    "bench redlock not granted by a majority (held elsewhere, or servers down)",
+                ));
+            };
+            redlock.release(&lease).await;
+            Ok(())
+        })
+        .await?;
+        rows.push(BenchRow {
+            scenario: "redlock-cycle".to_owned(),
+            store: "redlock".to_owned(),
+            ops_per_sec: Some(s.ops_per_sec()),
+            p50_us: s.pct(0.5),
+            p99_us: s.pct(0.99),
+            ratio_to_floor: floor_cycle.map(|f| (1.0 / s.ops_per_sec()) / f),
+            // SET NX PX and a compare-and-delete script on each server.
+            commands_per_op: Some(2.0 * n as f64),
+            note: format!("{n} servers, quorum {quorum}"),
+        });
+    }
+    Ok(rows)
 }
 
 struct Samples {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tairlock::clock::{SharedClock, SystemClock, TokioClock};
-use tairlock::{ExpireLock, Keyspace, MemoryStore, Options, RedisStore};
+use tairlock::{ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, RedisStore, Store};
 use tairlock_cli::admin::{self, InspectReport};
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
 use tairlock_cli::{bench, run};
@@ -75,8 +75,16 @@ struct RaceArgs {
     #[arg(long = "algorithm")]
     algorithms: Vec<String>,
     /// Run against this Redis server (real time) instead of the embedded store (virtual time).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["cluster", "redlock"])]
     redis: Option<String>,
+    /// Run against a Redis Cluster (real time), given seed node URLs (comma-separated or
+    /// repeated). `legacy-watch` is skipped there (WATCH needs the key's node connection).
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "redlock")]
+    cluster: Vec<String>,
+    /// Race only the `redlock` row, Redlock over these independent masters (comma-separated or
+    /// repeated; real time). No fencing token: its expectation is `unfenced`.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    redlock: Vec<String>,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
@@ -85,8 +93,15 @@ struct RaceArgs {
 #[derive(Args, Debug)]
 struct BenchArgs {
     /// Bench this Redis server (nothing is started); the embedded store otherwise.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["cluster", "redlock"])]
     redis: Option<String>,
+    /// Bench a Redis Cluster, given seed node URLs (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "redlock")]
+    cluster: Vec<String>,
+    /// Bench Redlock over these independent masters (comma-separated or repeated): the
+    /// `floor-cycle` (first server) and `redlock-cycle` scenarios.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    redlock: Vec<String>,
     /// How long each timed scenario runs.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     duration: Duration,
@@ -138,6 +153,10 @@ struct KeyArgs {
     /// The Redis server.
     #[arg(long, env = "TAIRLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// A Redis Cluster instead of one server, given seed node URLs (comma-separated or
+    /// repeated); overrides --redis.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    cluster: Vec<String>,
     /// Key prefix of the locks.
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     prefix: String,
@@ -179,7 +198,12 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Race(args) => race_command(args),
         Command::Inspect(InspectArgs { key, rw }) => {
-            match tairlock_cli::rw_inspect::command(&key.key, &key.prefix, &key.redis, key.json, rw)
+            let target = if key.cluster.is_empty() {
+                tairlock_cli::rw_inspect::Target::Redis(&key.redis)
+            } else {
+                tairlock_cli::rw_inspect::Target::Cluster(&key.cluster)
+            };
+            match tairlock_cli::rw_inspect::command_on(&key.key, &key.prefix, target, key.json, rw)
             {
                 Some(code) => ExitCode::from(code),
                 None => admin_command(key, false),
@@ -210,7 +234,8 @@ fn race_command(args: RaceArgs) -> ExitCode {
         eprintln!("tairlock: a race needs at least 2 clients");
         return ExitCode::from(2);
     }
-    let known = race::algorithm_names();
+    let mut known = race::algorithm_names();
+    known.push("redlock");
     if let Some(bad) = args
         .algorithms
         .iter()
@@ -228,7 +253,8 @@ fn race_command(args: RaceArgs) -> ExitCode {
     if let Some(lease) = args.lease {
         config.lease = lease;
     }
-    if args.redis.is_some() {
+    let real_time = args.redis.is_some() || !args.cluster.is_empty() || !args.redlock.is_empty();
+    if real_time {
         // Real time: fewer, shorter trials by default.
         config.trials = 3;
         config.trial_length = config.lease * 15;
@@ -241,7 +267,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
     if let Some(d) = args.duration {
         config.trial_length = d;
     } else if args.lease.is_some() {
-        config.trial_length = config.lease * if args.redis.is_some() { 15 } else { 30 };
+        config.trial_length = config.lease * if real_time { 15 } else { 30 };
     }
     let progress = |row: &Row| {
         eprintln!(
@@ -256,31 +282,79 @@ fn race_command(args: RaceArgs) -> ExitCode {
         config.trial_length,
         config.lease,
         config.seed,
-        args.redis
-            .as_deref()
-            .map_or("embedded store (virtual time)".to_owned(), |u| format!(
-                "redis {u} (real time)"
-            ))
-    );
-    let rows = match &args.redis {
-        None => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let clock: SharedClock = Arc::new(TokioClock::new());
-                let store = MemoryStore::with_clock(clock.clone());
-                race::run(store, clock, "memory", &config, progress).await
-            })
+        if !args.cluster.is_empty() {
+            format!("cluster {} (real time)", args.cluster.join(","))
+        } else if !args.redlock.is_empty() {
+            format!("redlock over {} (real time)", args.redlock.join(","))
+        } else {
+            args.redis
+                .as_deref()
+                .map_or("embedded store (virtual time)".to_owned(), |u| {
+                    format!("redis {u} (real time)")
+                })
         }
-        Some(url) => {
-            let rt = tokio::runtime::Runtime::new().expect("runtime");
-            rt.block_on(async {
-                let store = RedisStore::connect(url).await?;
-                race::run(store, Arc::new(SystemClock), "redis", &config, progress).await
-            })
+    );
+    let rows = if !args.cluster.is_empty() {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let store = ClusterStore::connect(&args.cluster).await?;
+            if config.algorithms.is_empty() || config.algorithms.iter().any(|a| a == "legacy-watch")
+            {
+                eprintln!(
+                    "tairlock race: skipped legacy-watch on a cluster (WATCH needs a connection \
+                     to the key's node; not implemented for ClusterStore)"
+                );
+            }
+            race::run_algorithms(
+                store,
+                Arc::new(SystemClock),
+                "cluster",
+                &config,
+                race::algorithms::all_without_watch(),
+                progress,
+            )
+            .await
+        })
+    } else if !args.redlock.is_empty() {
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        rt.block_on(async {
+            let mut servers = Vec::new();
+            for url in &args.redlock {
+                servers.push(RedisStore::connect(url).await?);
+            }
+            let first = servers[0].clone();
+            let algorithm = race::algorithms::RedlockAlgorithm::new(servers)?;
+            race::run_algorithms(
+                first,
+                Arc::new(SystemClock),
+                "redlock",
+                &config,
+                vec![Box::new(algorithm)],
+                progress,
+            )
+            .await
+        })
+    } else {
+        match &args.redis {
+            None => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .start_paused(true)
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async {
+                    let clock: SharedClock = Arc::new(TokioClock::new());
+                    let store = MemoryStore::with_clock(clock.clone());
+                    race::run(store, clock, "memory", &config, progress).await
+                })
+            }
+            Some(url) => {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async {
+                    let store = RedisStore::connect(url).await?;
+                    race::run(store, Arc::new(SystemClock), "redis", &config, progress).await
+                })
+            }
         }
     };
     let rows = match rows {
@@ -341,7 +415,7 @@ fn bench_command(args: BenchArgs) -> ExitCode {
     if let Some(bad) = args
         .scenarios
         .iter()
-        .find(|s| !bench::SCENARIOS.contains(&s.as_str()))
+        .find(|s| !bench::SCENARIOS.contains(&s.as_str()) && s.as_str() != "redlock-cycle")
     {
         eprintln!(
             "tairlock: unknown bench scenario {bad:?}; expected one of {}",
@@ -349,12 +423,33 @@ fn bench_command(args: BenchArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if args.redlock.is_empty() && args.scenarios.iter().any(|s| s == "redlock-cycle") {
+        eprintln!("tairlock: the redlock-cycle scenario needs --redlock URL,URL,...");
+        return ExitCode::from(2);
+    }
     let config = bench::BenchConfig {
         duration: args.duration,
         only: args.scenarios,
     };
+    if let Some(bad) = config.only.iter().find(|s| {
+        !args.redlock.is_empty() && !["floor-cycle", "redlock-cycle"].contains(&s.as_str())
+    }) {
+        eprintln!("tairlock: bench --redlock runs floor-cycle and redlock-cycle only, not {bad:?}");
+        return ExitCode::from(2);
+    }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let rows = rt.block_on(async {
+        if !args.redlock.is_empty() {
+            let mut servers = Vec::new();
+            for url in &args.redlock {
+                servers.push(RedisStore::connect(url).await?);
+            }
+            return bench::redlock(servers, &config, bench::progress_bar).await;
+        }
+        if !args.cluster.is_empty() {
+            let store = ClusterStore::connect(&args.cluster).await?;
+            return bench::run(bench::Counted::new(store), &config, bench::progress_bar).await;
+        }
         match &args.redis {
             Some(url) => {
                 let store = RedisStore::connect(url).await?;
@@ -438,33 +533,48 @@ fn admin_command(args: KeyArgs, force_unlock: bool) -> ExitCode {
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let result: tairlock::Result<ExitCode> = rt.block_on(async {
-        let store = RedisStore::connect(&args.redis).await?;
-        let locks = ExpireLock::with_options(store, Options::default().keyspace(keyspace));
-        if force_unlock {
-            match locks.force_unlock(&name).await {
-                Ok(true) => println!("deleted the lock {name}"),
-                Ok(false) => println!("the lock {name} is not held"),
-                Err(e) if e.is_wrong_type() => {
-                    eprintln!("tairlock: refusing to delete {name}: {e}");
-                    return Ok(ExitCode::from(5));
-                }
-                Err(e) => return Err(e),
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        let report: InspectReport = admin::inspect(&locks, &name).await?;
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).expect("serialise")
-            );
+        if args.cluster.is_empty() {
+            let store = RedisStore::connect(&args.redis).await?;
+            admin_on(store, keyspace, &name, force_unlock, args.json).await
         } else {
-            print!("{}", report.text());
+            let store = ClusterStore::connect(&args.cluster).await?;
+            admin_on(store, keyspace, &name, force_unlock, args.json).await
         }
-        Ok(ExitCode::SUCCESS)
     });
     result.unwrap_or_else(|e| {
         eprintln!("tairlock: {e}");
         ExitCode::from(4)
     })
+}
+
+async fn admin_on<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+    force_unlock: bool,
+    json: bool,
+) -> tairlock::Result<ExitCode> {
+    let locks = ExpireLock::with_options(store, Options::default().keyspace(keyspace));
+    if force_unlock {
+        match locks.force_unlock(name).await {
+            Ok(true) => println!("deleted the lock {name}"),
+            Ok(false) => println!("the lock {name} is not held"),
+            Err(e) if e.is_wrong_type() => {
+                eprintln!("tairlock: refusing to delete {name}: {e}");
+                return Ok(ExitCode::from(5));
+            }
+            Err(e) => return Err(e),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report: InspectReport = admin::inspect(&locks, name).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("serialise")
+        );
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(ExitCode::SUCCESS)
 }

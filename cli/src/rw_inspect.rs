@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Serialize;
-use tairlock::{Keyspace, RedisStore, Store, Ttl};
+use tairlock::{ClusterStore, Keyspace, RedisStore, Store, Ttl};
 use tairlock_rwlock::{Options, RwInspection, RwLock};
 
 /// The suffixes of a reader/writer lock's keys (the scripted lock's and the two-step recipe's).
@@ -235,6 +235,26 @@ pub fn split_key(key: &str, default_prefix: &str) -> (String, String, bool) {
 /// (forced by `rw`, by a reader/writer key suffix, or detected), `None` when the key is not a
 /// reader/writer lock and the plain inspect should run.
 pub fn command(key: &str, default_prefix: &str, url: &str, json: bool, rw: bool) -> Option<u8> {
+    command_on(key, default_prefix, Target::Redis(url), json, rw)
+}
+
+/// Where `tairlock inspect` looks.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// One Redis server.
+    Redis(&'a str),
+    /// A Redis Cluster, by its seed node URLs.
+    Cluster(&'a [String]),
+}
+
+/// [`command`] on a server or a cluster.
+pub fn command_on(
+    key: &str,
+    default_prefix: &str,
+    target: Target<'_>,
+    json: bool,
+    rw: bool,
+) -> Option<u8> {
     let (prefix, name, named_rw) = split_key(key, default_prefix);
     let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
         Ok(k) => k,
@@ -245,26 +265,44 @@ pub fn command(key: &str, default_prefix: &str, url: &str, json: bool, rw: bool)
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let outcome: tairlock::Result<Option<u8>> = rt.block_on(async {
-        let store = RedisStore::connect(url).await?;
-        if !(rw || named_rw || detect(&store, &keyspace, &name).await?) {
-            return Ok(None);
+        match target {
+            Target::Redis(url) => {
+                let store = RedisStore::connect(url).await?;
+                on_store(store, keyspace, &name, named_rw || rw, json).await
+            }
+            Target::Cluster(urls) => {
+                let store = ClusterStore::connect(urls).await?;
+                on_store(store, keyspace, &name, named_rw || rw, json).await
+            }
         }
-        let locks = RwLock::with_options(store, Options::default().keyspace(keyspace));
-        let report = inspect(&locks, &name).await?;
-        if json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).expect("serialise")
-            );
-        } else {
-            print!("{}", report.text());
-        }
-        Ok(Some(0))
     });
     outcome.unwrap_or_else(|e| {
         eprintln!("tairlock: {e}");
         Some(4)
     })
+}
+
+async fn on_store<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+    forced: bool,
+    json: bool,
+) -> tairlock::Result<Option<u8>> {
+    if !(forced || detect(&store, &keyspace, name).await?) {
+        return Ok(None);
+    }
+    let locks = RwLock::with_options(store, Options::default().keyspace(keyspace));
+    let report = inspect(&locks, name).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("serialise")
+        );
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(Some(0))
 }
 
 #[cfg(test)]

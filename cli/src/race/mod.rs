@@ -92,7 +92,8 @@ pub struct Row {
     pub scenario: String,
     /// `memory` or `redis`.
     pub store: String,
-    /// `safe` (must hold the zeros) or `flawed` (a verbatim recipe kept for comparison).
+    /// `safe` (must hold the zeros), `unfenced` (the zeros except stale writes: no fencing
+    /// token, e.g. Redlock) or `flawed` (a verbatim recipe kept for comparison).
     pub expectation: String,
     /// Clients per trial.
     pub clients: usize,
@@ -125,7 +126,11 @@ pub struct Row {
 impl Row {
     /// Whether a safe algorithm broke one of its zeros here.
     pub fn broken(&self) -> bool {
-        self.expectation == "safe" && self.violations() > 0
+        match self.expectation.as_str() {
+            "safe" => self.violations() > 0,
+            "unfenced" => self.violations() - self.stale_writes_accepted > 0,
+            _ => false,
+        }
     }
 
     /// The counts that must be zero for a safe algorithm in this scenario.
@@ -155,10 +160,36 @@ pub async fn run<S: tairlock_legacy::WatchStore>(
     clock: SharedClock,
     store_name: &str,
     config: &RaceConfig,
+    progress: impl FnMut(&Row),
+) -> tairlock::Result<Vec<Row>> {
+    run_algorithms(
+        store,
+        clock,
+        store_name,
+        config,
+        algorithms::all::<S>(),
+        progress,
+    )
+    .await
+}
+
+/// [`run`] with an explicit list of algorithms (still filtered by
+/// [`RaceConfig::algorithms`]), for stores without `WATCH` (a Redis Cluster:
+/// [`algorithms::all_without_watch`]) or algorithms with servers of their own (Redlock).
+///
+/// # Errors
+///
+/// A store error.
+pub async fn run_algorithms<S: Store>(
+    store: S,
+    clock: SharedClock,
+    store_name: &str,
+    config: &RaceConfig,
+    algorithms: Vec<Box<dyn Algorithm<S>>>,
     mut progress: impl FnMut(&Row),
 ) -> tairlock::Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for algorithm in algorithms::all::<S>() {
+    for algorithm in algorithms {
         if !config.algorithms.is_empty() && !config.algorithms.iter().any(|a| a == algorithm.name())
         {
             continue;
@@ -289,6 +320,7 @@ fn make_row<S: Store>(
         expectation: match algorithm.expectation() {
             Expectation::Safe => "safe",
             Expectation::Flawed => "flawed",
+            Expectation::Unfenced => "unfenced",
         }
         .to_owned(),
         clients: config.clients,
@@ -306,8 +338,8 @@ fn make_row<S: Store>(
         verdict: String::new(),
     };
     row.verdict = match (algorithm.expectation(), row.broken(), row.flaws()) {
-        (Expectation::Safe, true, _) => "BROKEN",
-        (Expectation::Safe, false, _) => "ok",
+        (Expectation::Safe | Expectation::Unfenced, true, _) => "BROKEN",
+        (Expectation::Safe | Expectation::Unfenced, false, _) => "ok",
         (Expectation::Flawed, _, 0) => "no flaw shown",
         (Expectation::Flawed, _, _) => "flaws shown",
     }

@@ -19,6 +19,7 @@ pub mod legacy_getset;
 pub mod legacy_scripted;
 pub mod legacy_watch;
 pub mod naive;
+pub mod redlock;
 pub mod rw_scripted;
 pub mod rw_two_step;
 
@@ -27,6 +28,7 @@ pub use self::legacy_getset::LegacyGetSet;
 pub use self::legacy_scripted::LegacyScripted;
 pub use self::legacy_watch::LegacyWatch;
 pub use self::naive::NaiveSetnxExpire;
+pub use self::redlock::RedlockAlgorithm;
 pub use self::rw_scripted::RwScripted;
 pub use self::rw_two_step::RwTwoStep;
 
@@ -65,6 +67,11 @@ pub enum Expectation {
     Safe,
     /// A verbatim recipe kept for comparison: the race is expected to show its flaws.
     Flawed,
+    /// Correct mutual exclusion without a fencing token (Redlock): zero foreign deletions and
+    /// stuck locks in every scenario and zero overlaps under short stalls, as [`Safe`](Self::Safe),
+    /// but stale writes are allowed: the resource cannot reject a paused holder's late write
+    /// without a token, so long stalls show them (counted, not failed).
+    Unfenced,
 }
 
 /// One algorithm in the race. See the [module docs](self).
@@ -112,6 +119,19 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
             Ok(stuck)
         })
     }
+}
+
+/// Every algorithm that needs no `WATCH` (all but `legacy-watch`), in table order: the list for
+/// stores without [`WatchStore`](tairlock_legacy::WatchStore), such as a Redis Cluster.
+pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
+    vec![
+        Box::new(NaiveSetnxExpire),
+        Box::new(ExpireLockAlgorithm),
+        Box::new(LegacyGetSet),
+        Box::new(LegacyScripted),
+        Box::new(RwTwoStep),
+        Box::new(RwScripted::default()),
+    ]
 }
 
 /// Every algorithm, in table order. `legacy-watch` needs `WATCH` transactions, hence the

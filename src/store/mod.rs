@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::script::{Reply, Script};
 
 pub mod cluster;
+mod commands;
 pub mod memory;
 pub mod redis;
 

@@ -202,81 +202,11 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
-fn cmd(name: &str) -> redis::Cmd {
-    redis::cmd(name)
-}
-
 impl Store for RedisStore {
-    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.query(cmd("GET").arg(key).clone()).await
-    }
-
-    async fn set_nx(&self, key: &str, value: &[u8]) -> Result<bool> {
-        self.query(cmd("SETNX").arg(key).arg(value).clone()).await
-    }
-
-    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
-        let reply: Option<String> = self
-            .query(
-                cmd("SET")
-                    .arg(key)
-                    .arg(value)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl.as_millis() as u64)
-                    .clone(),
-            )
-            .await?;
-        Ok(reply.is_some())
-    }
-
-    async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.query(cmd("SET").arg(key).arg(value).clone()).await
-    }
-
-    async fn getset(&self, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.query(cmd("GETSET").arg(key).arg(value).clone()).await
-    }
-
-    async fn getdel(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.query(cmd("GETDEL").arg(key).clone()).await
-    }
-
-    async fn del(&self, key: &str) -> Result<bool> {
-        let n: i64 = self.query(cmd("DEL").arg(key).clone()).await?;
-        Ok(n > 0)
-    }
-
-    async fn incr(&self, key: &str) -> Result<i64> {
-        self.query(cmd("INCR").arg(key).clone()).await
-    }
-
-    async fn decr(&self, key: &str) -> Result<i64> {
-        self.query(cmd("DECR").arg(key).clone()).await
-    }
-
-    async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
-        self.query(cmd("EXPIRE").arg(key).arg(seconds).clone())
-            .await
-    }
-
-    async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
-        self.query(cmd("PEXPIRE").arg(key).arg(ttl.as_millis() as u64).clone())
-            .await
-    }
-
-    async fn pttl(&self, key: &str) -> Result<Ttl> {
-        Ok(Ttl::from_pttl(
-            self.query(cmd("PTTL").arg(key).clone()).await?,
-        ))
-    }
-
-    async fn key_type(&self, key: &str) -> Result<String> {
-        self.query(cmd("TYPE").arg(key).clone()).await
-    }
+    super::commands::plain_commands!();
 
     async fn time(&self) -> Result<Duration> {
-        let (secs, micros): (u64, u64) = self.query(cmd("TIME")).await?;
+        let (secs, micros): (u64, u64) = self.query(redis::cmd("TIME")).await?;
         Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 

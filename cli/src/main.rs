@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use tairlock::clock::{SharedClock, SystemClock, TokioClock};
+use tairlock::clock::SystemClock;
 use tairlock::{ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, RedisStore, Store};
 use tairlock_cli::admin::{self, InspectReport};
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
@@ -336,18 +336,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
         })
     } else {
         match &args.redis {
-            None => {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_time()
-                    .start_paused(true)
-                    .build()
-                    .expect("runtime");
-                rt.block_on(async {
-                    let clock: SharedClock = Arc::new(TokioClock::new());
-                    let store = MemoryStore::with_clock(clock.clone());
-                    race::run(store, clock, "memory", &config, progress).await
-                })
-            }
+            None => race::run_embedded(&config, progress),
             Some(url) => {
                 let rt = tokio::runtime::Runtime::new().expect("runtime");
                 rt.block_on(async {

@@ -148,6 +148,29 @@ impl Row {
     }
 }
 
+/// Run the race on the embedded store on virtual time (tokio's paused clock, on a runtime of its
+/// own): fast, and repeatable for a given seed. What `tairlock race` does without `--redis`.
+///
+/// # Errors
+///
+/// None in practice (the embedded store has no I/O); the signature matches [`run`].
+///
+/// # Panics
+///
+/// When called from inside an async runtime.
+pub fn run_embedded(config: &RaceConfig, progress: impl FnMut(&Row)) -> tairlock::Result<Vec<Row>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    rt.block_on(async {
+        let clock: tairlock::clock::SharedClock = Arc::new(tairlock::clock::TokioClock::new());
+        let store = tairlock::MemoryStore::with_clock(clock.clone());
+        run(store, clock, "memory", config, progress).await
+    })
+}
+
 /// Run every selected algorithm under every selected scenario on `store`.
 ///
 /// `clock` is the base of the clients' clocks (skewed per client in the clock-skew scenario).

@@ -142,37 +142,17 @@ impl<S: Store> Algorithm<S> for RwScripted {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
-    use tairlock::MemoryStore;
-    use tairlock::clock::{SharedClock, TokioClock};
-
-    use crate::race::{RaceConfig, run};
+    use crate::race::{RaceConfig, run_embedded};
 
     #[test]
     fn rw_scripted_holds_its_zeros_in_every_scenario() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let rows = rt.block_on(async {
-            let clock: SharedClock = Arc::new(TokioClock::new());
-            let config = RaceConfig {
-                trials: 4,
-                algorithms: vec!["rw-scripted".to_owned()],
-                ..RaceConfig::default()
-            };
-            run(
-                MemoryStore::with_clock(clock.clone()),
-                clock,
-                "memory",
-                &config,
-                |_| {},
-            )
-            .await
-            .unwrap()
-        });
+        let config = RaceConfig {
+            trials: 4,
+            algorithms: vec!["rw-scripted".to_owned()],
+            ..RaceConfig::default()
+        };
+        let rows = run_embedded(&config, |_| {}).unwrap();
         assert_eq!(rows.len(), 4);
         for row in &rows {
             assert!(row.acquisitions > 0, "{row:?}");

@@ -149,37 +149,17 @@ impl<S: Store> Algorithm<S> for RwTwoStep {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
-    use tairlock::MemoryStore;
-    use tairlock::clock::{SharedClock, TokioClock};
-
-    use crate::race::{RaceConfig, run};
+    use crate::race::{RaceConfig, run_embedded};
 
     #[test]
     fn rw_two_step_shows_overlaps_stuck_locks_and_foreign_deletions() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let rows = rt.block_on(async {
-            let clock: SharedClock = Arc::new(TokioClock::new());
-            let config = RaceConfig {
-                trials: 4,
-                algorithms: vec!["rw-two-step".to_owned()],
-                ..RaceConfig::default()
-            };
-            run(
-                MemoryStore::with_clock(clock.clone()),
-                clock,
-                "memory",
-                &config,
-                |_| {},
-            )
-            .await
-            .unwrap()
-        });
+        let config = RaceConfig {
+            trials: 4,
+            algorithms: vec!["rw-two-step".to_owned()],
+            ..RaceConfig::default()
+        };
+        let rows = run_embedded(&config, |_| {}).unwrap();
         let by = |scenario: &str| rows.iter().find(|r| r.scenario == scenario).unwrap();
         // I/II: a reader and a writer inside together.
         assert!(by("short-stalls").overlaps > 0, "{:?}", by("short-stalls"));

@@ -17,8 +17,6 @@ mod support;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -235,7 +233,7 @@ fn thread_keyed_guards_are_not_send() {
             must_be_send(guard);
         }
     "#;
-    let (ok, stderr) = compile_snippet("not_send", doctest);
+    let (ok, stderr) = support::compile_snippet("not_send", doctest);
     assert!(!ok, "a ReentrantGuard was accepted as Send");
     assert!(
         stderr.contains("error[E0277]")
@@ -244,7 +242,7 @@ fn thread_keyed_guards_are_not_send() {
         "the doc test fails for another reason:\n{stderr}"
     );
     let control = doctest.replace("must_be_send(guard);", "drop(guard);");
-    let (ok, stderr) = compile_snippet("not_send_control", &control);
+    let (ok, stderr) = support::compile_snippet("not_send_control", &control);
     assert!(
         ok,
         "the doc test's code does not compile even without the Send bound:\n{stderr}"
@@ -256,55 +254,6 @@ fn thread_keyed_guards_are_not_send() {
     is_send::<OwnedReentrantGuard<MemoryStore>>();
     is_send::<LockGuard<RedisStore>>();
     is_send::<Owner>();
-}
-
-/// Compile `source` as a library against the tairlock this test was built with; (success, stderr).
-fn compile_snippet(name: &str, source: &str) -> (bool, String) {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .expect("the test binary lives in target/<profile>/deps")
-        .to_path_buf();
-    let rlib: PathBuf = std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libtairlock-") && n.ends_with(".rlib"))
-        })
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .expect("libtairlock-*.rlib beside the test binary");
-    let dir = std::env::temp_dir().join(format!("tairlock-snippet-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("snippet.rs");
-    std::fs::write(&file, source).unwrap();
-    let out = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned()))
-        .args([
-            "--edition",
-            "2024",
-            "--crate-type",
-            "lib",
-            "--emit",
-            "metadata",
-        ])
-        .arg("--crate-name")
-        .arg(name)
-        .arg("--out-dir")
-        .arg(&dir)
-        .arg("--extern")
-        .arg(format!("tairlock={}", rlib.display()))
-        .arg("-L")
-        .arg(format!("dependency={}", deps.display()))
-        .arg(&file)
-        .output()
-        .expect("run rustc");
-    let _ = std::fs::remove_dir_all(&dir);
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test]

@@ -323,3 +323,54 @@ pub fn strings<const N: usize>(items: [&str; N]) -> Vec<String> {
 }
 
 pub mod gated;
+
+/// Compile `source` as a library against the tairlock this test was built with; (success, stderr).
+pub fn compile_snippet(name: &str, source: &str) -> (bool, String) {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .expect("the test binary lives in target/<profile>/deps")
+        .to_path_buf();
+    // The newest tairlock rlib beside this binary is the one it was linked with.
+    let rlib: std::path::PathBuf = std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libtairlock-") && n.ends_with(".rlib"))
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .expect("libtairlock-*.rlib beside the test binary");
+    let dir = std::env::temp_dir().join(format!("tairlock-snippet-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("snippet.rs");
+    std::fs::write(&file, source).unwrap();
+    let out =
+        std::process::Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned()))
+            .args([
+                "--edition",
+                "2024",
+                "--crate-type",
+                "lib",
+                "--emit",
+                "metadata",
+            ])
+            .arg("--crate-name")
+            .arg(name)
+            .arg("--out-dir")
+            .arg(&dir)
+            .arg("--extern")
+            .arg(format!("tairlock={}", rlib.display()))
+            .arg("-L")
+            .arg(format!("dependency={}", deps.display()))
+            .arg(&file)
+            .output()
+            .expect("run rustc");
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -167,11 +167,6 @@ impl ClusterStore {
         }
         Ok(())
     }
-
-    async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
-        let mut con = self.con.clone();
-        Ok(cmd.query_async(&mut con).await?)
-    }
 }
 
 impl Store for ClusterStore {
@@ -179,7 +174,7 @@ impl Store for ClusterStore {
 
     async fn time(&self) -> Result<Duration> {
         // Keyless: answered by a random node. Scripts read the clock of their own key's master.
-        let (secs, micros): (u64, u64) = self.query(redis::cmd("TIME")).await?;
+        let (secs, micros): (u64, u64) = self.command(&redis::cmd("TIME")).await?;
         Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 

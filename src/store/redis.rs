@@ -177,11 +177,6 @@ impl RedisStore {
         }
         Ok(())
     }
-
-    async fn query<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T> {
-        let mut con = self.con.clone();
-        Ok(cmd.query_async(&mut con).await?)
-    }
 }
 
 fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
@@ -206,7 +201,7 @@ impl Store for RedisStore {
     super::commands::plain_commands!();
 
     async fn time(&self) -> Result<Duration> {
-        let (secs, micros): (u64, u64) = self.query(redis::cmd("TIME")).await?;
+        let (secs, micros): (u64, u64) = self.command(&redis::cmd("TIME")).await?;
         Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
     }
 

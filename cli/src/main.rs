@@ -78,7 +78,7 @@ struct RaceArgs {
     #[arg(long, conflicts_with_all = ["cluster", "redlock"])]
     redis: Option<String>,
     /// Run against a Redis Cluster (real time), given seed node URLs (comma-separated or
-    /// repeated). `legacy-watch` is skipped there (WATCH needs the key's node connection).
+    /// repeated). Every algorithm runs there, `legacy-watch` included.
     #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "redlock")]
     cluster: Vec<String>,
     /// Race only the `redlock` row, Redlock over these independent masters (comma-separated or
@@ -298,22 +298,9 @@ fn race_command(args: RaceArgs) -> ExitCode {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
             let store = ClusterStore::connect(&args.cluster).await?;
-            if config.algorithms.is_empty() || config.algorithms.iter().any(|a| a == "legacy-watch")
-            {
-                eprintln!(
-                    "tairlock race: skipped legacy-watch on a cluster (WATCH needs a connection \
-                     to the key's node; not implemented for ClusterStore)"
-                );
-            }
-            race::run_algorithms(
-                store,
-                Arc::new(SystemClock),
-                "cluster",
-                &config,
-                race::algorithms::all_without_watch(),
-                progress,
-            )
-            .await
+            // Every algorithm, legacy-watch included: its transactions run on a dedicated
+            // connection to the master of the lock's slot.
+            race::run(store, Arc::new(SystemClock), "cluster", &config, progress).await
         })
     } else if !args.redlock.is_empty() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");

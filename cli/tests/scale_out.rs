@@ -45,7 +45,7 @@ fn race_bench_and_inspect_run_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     let urls = cluster.urls().join(",");
 
-    // Race: the scripted rows hold their zeros; legacy-watch is skipped, and says so.
+    // Race: the scripted rows and legacy-watch (WATCH on the slot's master) hold their zeros.
     let (code, rows, stderr) = tairlock(&[
         "race",
         "--json",
@@ -68,11 +68,24 @@ fn race_bench_and_inspect_run_on_a_cluster() {
     ]);
     assert_eq!(code, 0, "race exit code; stderr:\n{stderr}");
     assert!(
-        stderr.contains("skipped legacy-watch"),
-        "the skip is reported:\n{stderr}"
+        !stderr.contains("skipped"),
+        "nothing is skipped on a cluster:\n{stderr}"
     );
     let rows = rows.as_array().expect("array");
-    assert_eq!(rows.len(), 4, "2 algorithms x 2 scenarios: {rows:?}");
+    assert_eq!(rows.len(), 6, "3 algorithms x 2 scenarios: {rows:?}");
+    let watch_rows: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["algorithm"] == "legacy-watch")
+        .collect();
+    assert_eq!(
+        watch_rows.len(),
+        2,
+        "legacy-watch runs on a cluster: {rows:?}"
+    );
+    // Each legacy-watch grant is one EXEC on a master (the other rows send none).
+    let grants: u64 = watch_rows.iter().map(|r| count(r, "acquisitions")).sum();
+    let execs: u64 = (0..3).map(|n| cluster.command_calls(n, "exec")).sum();
+    assert!(execs >= grants, "{execs} EXECs for {grants} grants");
     for row in rows {
         assert_eq!(row["store"], "cluster", "{row}");
         assert_eq!(row["verdict"], "ok", "{row}");

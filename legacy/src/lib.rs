@@ -5,7 +5,7 @@
 //! | kind | sends | server | expiry judged by | fencing | owner-checked release |
 //! |---|---|---|---|---|---|
 //! | [`GetSetLock`] | `SETNX`, `GET`, `GETSET`, `DEL` | any (1.0+), scripting off | each client's clock | no | no (deletes any live lock) |
-//! | [`WatchLock`] | `WATCH` + `GET`, `PTTL`, `TIME` (one pipeline); `MULTI`/`SET`/`PEXPIREAT`/`DEL`/`EXEC` | ≥ 2.2, no Lua needed ([`Profile`]) | the server (TTL, `TIME`) | yes | yes |
+//! | [`WatchLock`] | `WATCH` + `GET`, `PTTL`, `TIME` (one pipeline); `MULTI`/`SET`/`PEXPIREAT`/`DEL`/`EXEC` | ≥ 2.2, no Lua needed ([`Profile`]); one server or a Redis Cluster ([`watch::ClusterWatch`]) | the server (TTL, `TIME`) | yes | yes |
 //! | [`ScriptedLock`] | `EVALSHA` (one script per operation) | ≥ 5.0 (the scripts call `TIME` before writing) | the server (`TIME`) | yes | yes (compare-and-delete) |
 //!
 //! All three read and write the same key — exactly the name the old code uses, e.g.

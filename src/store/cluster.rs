@@ -246,3 +246,58 @@ impl Store for ClusterStore {
         Some(self.runtime.clone())
     }
 }
+
+impl ClusterStore {
+    /// A `redis` client for the node at `host:port`, as the cluster names it (`CLUSTER SLOTS`,
+    /// a `MOVED` reply), connecting the way the cluster client does: with the first seed URL's
+    /// scheme and TLS settings, username, password and protocol, on database 0. An empty host
+    /// (what a node may report for itself when it does not know its own address) stands for the
+    /// first seed URL's host.
+    ///
+    /// Nothing is sent until the caller connects; the caller owns the connection, its timeouts
+    /// and its lifetime.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) when the first seed URL is a
+    /// Unix socket or does not parse (neither happens for a store that connected: the cluster
+    /// client accepts only TCP seed URLs).
+    pub fn node_client(&self, host: &str, port: u16) -> Result<redis::Client> {
+        use redis::{ConnectionAddr, IntoConnectionInfo};
+        let seed = self
+            .urls
+            .first()
+            .ok_or_else(|| Error::invalid("a cluster store needs at least one seed URL"))?;
+        let info = seed.as_str().into_connection_info().map_err(|e| {
+            Error::invalid(format!("bad seed url {}: {e}", super::redis::redact(seed)))
+        })?;
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(seed_host, _) => ConnectionAddr::Tcp(
+                if host.is_empty() { seed_host } else { host }.to_owned(),
+                port,
+            ),
+            ConnectionAddr::TcpTls {
+                host: seed_host,
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: if host.is_empty() { seed_host } else { host }.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => {
+                return Err(Error::invalid(format!(
+                    "seed url {} is not a TCP address",
+                    super::redis::redact(seed)
+                )));
+            }
+        };
+        let settings = info.redis_settings().clone().set_db(0);
+        let info = info.set_addr(addr).set_redis_settings(settings);
+        redis::Client::open(info).map_err(|e| {
+            Error::invalid(format!("cannot make a client for node {host}:{port}: {e}"))
+        })
+    }
+}

@@ -152,3 +152,111 @@ impl RedisCluster {
         panic!("{message}\n{}", self.logs())
     }
 }
+
+/// Helpers for tests that move slots and check where commands ran (added for
+/// `tests/cluster_watch.rs`; the existing helpers above are unchanged).
+impl RedisCluster {
+    /// Move one slot from node `from` to node `to` by hand, as `redis-cli --cluster reshard`
+    /// does, with pauses between the steps so that clients meet every intermediate state (`ASK`
+    /// while keys are split between the nodes, `TRYAGAIN` for a multi-key request whose keys are
+    /// split, `MOVED` after). The same steps as `migrate_slot` in `tests/cluster.rs`.
+    pub fn move_slot_step_by_step(&self, slot: u16, from: usize, to: usize, pause: Duration) {
+        let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]);
+        let (from_id, to_id) = (id(from), id(to));
+        let slot_s = slot.to_string();
+        let ok = |i: usize, args: &[&str]| {
+            let reply = self.nodes[i].cli(args);
+            if reply != "OK" {
+                self.fail(format!("node {i}: {args:?} answered {reply:?}"));
+            }
+        };
+        ok(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
+        ok(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
+        std::thread::sleep(pause);
+        let to_port = self.nodes[to].port().to_string();
+        loop {
+            let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            // One key at a time: a lock and its fence key are split for a while.
+            for key in keys {
+                let reply = self.nodes[from].cli(&[
+                    "MIGRATE",
+                    "127.0.0.1",
+                    &to_port,
+                    "",
+                    "0",
+                    "5000",
+                    "KEYS",
+                    key,
+                ]);
+                // NOKEY: the key expired or was deleted meanwhile.
+                if reply != "OK" && reply != "NOKEY" {
+                    self.fail(format!("MIGRATE {key} answered {reply:?}"));
+                }
+                std::thread::sleep(pause);
+            }
+        }
+        ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        ok(from, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        for other in (0..self.nodes.len()).filter(|&i| i != from && i != to) {
+            ok(other, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        }
+    }
+
+    /// The index of the node that serves `key`'s slot.
+    pub fn node_of_key(&self, key: &str) -> usize {
+        self.node_of_slot(tairlock::keys::key_slot(key))
+    }
+
+    /// From `candidates` in order, the first key that lands on each master: one key per master,
+    /// in the order found.
+    pub fn one_key_per_master(&self, candidates: impl IntoIterator<Item = String>) -> Vec<String> {
+        let mut seen = Vec::new();
+        let mut keys = Vec::new();
+        for key in candidates.into_iter().take(500) {
+            let node = self.node_of_key(&key);
+            if !seen.contains(&node) {
+                seen.push(node);
+                keys.push(key);
+            }
+            if seen.len() == self.nodes.len() {
+                return keys;
+            }
+        }
+        self.fail("no candidate keys spread over every master")
+    }
+
+    /// A numeric field of node `node`'s `INFO section` (e.g. `stats`,
+    /// `total_connections_received`); 0 when absent.
+    pub fn info_field(&self, node: usize, section: &str, field: &str) -> u64 {
+        let info = self.nodes[node].cli(&["INFO", section]);
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |v| v.trim().parse().unwrap_or(0))
+    }
+
+    /// `calls` of `cmdstat_<command>` (lowercase) in node `node`'s `INFO commandstats`; 0 when
+    /// the command never ran there.
+    pub fn command_calls(&self, node: usize, command: &str) -> u64 {
+        self.stat_count(node, "commandstats", &format!("cmdstat_{command}:calls="))
+    }
+
+    /// How many times node `node` answered the error `code` (`MOVED`, `ASK`, `TRYAGAIN`, …), by
+    /// `INFO errorstats` (Redis 6.2+) since the last `CONFIG RESETSTAT`.
+    pub fn error_replies(&self, node: usize, code: &str) -> u64 {
+        self.stat_count(node, "errorstats", &format!("errorstat_{code}:count="))
+    }
+
+    fn stat_count(&self, node: usize, section: &str, prefix: &str) -> u64 {
+        let stats = self.nodes[node].cli(&["INFO", section]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.trim().parse().unwrap_or(0))
+    }
+}

@@ -197,8 +197,8 @@ pub async fn run<S: tairlock_legacy::WatchStore>(
 }
 
 /// [`run`] with an explicit list of algorithms (still filtered by
-/// [`RaceConfig::algorithms`]), for stores without `WATCH` (a Redis Cluster:
-/// [`algorithms::all_without_watch`]) or algorithms with servers of their own (Redlock).
+/// [`RaceConfig::algorithms`]), for stores without `WATCH`
+/// ([`algorithms::all_without_watch`]) or algorithms with servers of their own (Redlock).
 ///
 /// # Errors
 ///

@@ -57,7 +57,18 @@
 //! store's multiplexed one is shared. Connections are pooled per `WatchLock` (clones share the
 //! pool; [`pool_size`](crate::Options::pool_size) idle ones are kept); an empty pool costs a TCP
 //! connect (and `AUTH`) first, and a burst of N concurrent operations opens up to N connections.
+//!
+//! # On a Redis Cluster
+//!
+//! [`ClusterStore`](tairlock::ClusterStore) is a [`WatchStore`] too ([`ClusterWatch`]): each
+//! transaction runs on a dedicated connection to the master that owns the slot of `K` and `F`
+//! (one slot: `F` carries `K`'s hash tag), found from `CLUSTER SLOTS` and corrected by `MOVED`;
+//! a pooled connection keeps one connection per master it has used. While the slot migrates,
+//! the watched reads back off and read again (bounded), and a transaction the old owner refuses
+//! counts as an aborted `EXEC`: an operation succeeds only when its `EXEC` committed on the
+//! slot's owner. Details, and what a migration does to each step, in [`cluster`].
 
+pub mod cluster;
 mod memory;
 mod redis;
 mod store;
@@ -68,6 +79,7 @@ use std::time::Duration;
 
 use tairlock::{Error, ErrorKind, Reply, Result, Ttl};
 
+pub use self::cluster::ClusterWatch;
 pub use self::memory::MemoryWatch;
 pub use self::redis::RedisWatch;
 pub use self::store::{Expiry, Read, TxOp, WatchConnection, WatchStore};

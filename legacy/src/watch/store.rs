@@ -11,6 +11,7 @@ use tairlock::{Reply, Result, Store};
 /// | store | connection | `WATCH` semantics |
 /// |---|---|---|
 /// | [`RedisStore`](tairlock::RedisStore) | a dedicated connection per transaction (`WATCH` state is per connection, so the shared multiplexed one cannot carry it); [`WatchLock`](crate::WatchLock) keeps a few idle ones for reuse | the server's |
+/// | [`ClusterStore`](tairlock::ClusterStore) | a dedicated connection to the master that owns the lock's slot, found with `CLUSTER SLOTS` and corrected from `MOVED` (see [`ClusterWatch`](crate::watch::ClusterWatch)) | the owning master's; refused while the slot's keys are split by a migration (retried, bounded) |
 /// | [`MemoryStore`](tairlock::MemoryStore) | none needed | emulated: `WATCH` snapshots each key's type, value and absolute expiry; `EXEC` aborts if any snapshot differs when it runs, atomically with applying the queued commands |
 ///
 /// The emulation differs from the server in one way: Redis aborts on *any* write to a watched

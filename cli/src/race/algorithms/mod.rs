@@ -122,7 +122,8 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
 }
 
 /// Every algorithm that needs no `WATCH` (all but `legacy-watch`), in table order: the list for
-/// stores without [`WatchStore`](tairlock_legacy::WatchStore), such as a Redis Cluster.
+/// stores without [`WatchStore`](tairlock_legacy::WatchStore) (every store of this workspace has
+/// it; a wrapper store of your own may not).
 pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
@@ -135,7 +136,8 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
 }
 
 /// Every algorithm, in table order. `legacy-watch` needs `WATCH` transactions, hence the
-/// [`WatchStore`](tairlock_legacy::WatchStore) bound (both stores have it).
+/// [`WatchStore`](tairlock_legacy::WatchStore) bound (the embedded, Redis and cluster stores
+/// have it).
 pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),

@@ -197,6 +197,12 @@ impl<S: Store> ExpireLock<S> {
         &self.store
     }
 
+    /// The command release scripts announce with on this store (see
+    /// [`Store::pubsub`]).
+    pub(crate) fn publish_command(&self) -> String {
+        self.store.pubsub().publish_command().to_owned()
+    }
+
     /// The options.
     pub fn options(&self) -> &Options {
         &self.options
@@ -327,7 +333,11 @@ impl<S: Store> ExpireLock<S> {
             .eval_retrying(
                 &EXPIRE_UNLOCK,
                 &[keys.lock],
-                &[lease.value().to_owned(), keys.channel],
+                &[
+                    lease.value().to_owned(),
+                    keys.channel,
+                    self.publish_command(),
+                ],
             )
             .await?;
         match reply.as_int() {
@@ -406,7 +416,11 @@ impl<S: Store> ExpireLock<S> {
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         let keys = self.keys(name)?;
         let reply = self
-            .eval_retrying(&FORCE_UNLOCK, &[keys.lock], &[keys.channel])
+            .eval_retrying(
+                &FORCE_UNLOCK,
+                &[keys.lock],
+                &[keys.channel, self.publish_command()],
+            )
             .await?;
         match reply.as_int() {
             Some(1) => Ok(true),

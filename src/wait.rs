@@ -138,7 +138,7 @@ impl<S: Store> ExpireLock<S> {
                     // each new head subscribes and each departing one unsubscribes: two extra
                     // commands per handoff (tests/lock_waiting.rs counts them).
                     if notify {
-                        watch = self.watch_channel(&keys.channel).await;
+                        watch = self.watch_channel(&keys.channel, patience).await;
                     }
                     match patience {
                         Patience::Until(deadline) => {
@@ -152,7 +152,7 @@ impl<S: Store> ExpireLock<S> {
                 }
             };
             if notify && watch.is_none() {
-                watch = self.watch_channel(&keys.channel).await;
+                watch = self.watch_channel(&keys.channel, patience).await;
             }
             let mut backoff = match self.options().wait {
                 WaitStrategy::Poll { min, .. } => min,
@@ -214,12 +214,18 @@ impl<S: Store> ExpireLock<S> {
         result
     }
 
-    /// Watch the release channel, if the store has a notifier and the subscription works.
-    async fn watch_channel(&self, channel: &str) -> Option<crate::notify::Watch> {
-        match self.store().notifier().await {
-            Some(n) => n.watch(channel).await.ok(),
-            None => None,
-        }
+    /// Watch the release channel, if the store has a notifier and the subscription works
+    /// before the caller's deadline.
+    async fn watch_channel(
+        &self,
+        channel: &str,
+        patience: Patience,
+    ) -> Option<crate::notify::Watch> {
+        let deadline = match patience {
+            Patience::Until(deadline) => Some(deadline),
+            _ => None,
+        };
+        crate::notify::watch_release(self.store(), channel, deadline).await
     }
 
     async fn guard(

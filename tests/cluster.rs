@@ -1,7 +1,9 @@
 //! Every lock kind on a real 3-master Redis Cluster that the test starts itself (issue #8):
 //! the expire lock (acquire, renew, unlock, inspect, fencing, guards, waiting by notification,
 //! contention across masters), the scripted legacy lock (keys with and without a hash tag) and
-//! the scripted reader/writer lock; no request ever meets CROSSSLOT.
+//! the scripted reader/writer lock; no request ever meets CROSSSLOT. Release notifications use
+//! sharded pub/sub (Redis 7.0) and follow a channel whose slot moves; classic pub/sub on request.
+//! A slot moves while clients contend.
 
 mod support;
 
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use support::cluster::RedisCluster;
 use tairlock::keys::key_slot;
+use tairlock::notify::PubSub;
+use tairlock::store::ClusterOptions;
 use tairlock::{Acquire, ClusterStore, ErrorKind, ExpireLock, Renew, Store, Unlock};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -180,6 +184,32 @@ async fn rwlock_on(cluster: &RedisCluster, store: &ClusterStore) {
         r.release().await.unwrap();
         let inspection = locks.inspect(&name).await.unwrap();
         assert_eq!(inspection.readers.len(), 0, "{inspection:?}");
+
+        // A writer waiting behind a reader is woken by the last reader's release message
+        // (sharded on this cluster), not by re-asserting its intent (every 10 s / 3 here).
+        let r = locks.read(&name).await.unwrap();
+        let writer = {
+            let locks = RwLock::with_options(
+                store.clone(),
+                tairlock_rwlock::Options::default().intent_lease(Duration::from_secs(10)),
+            );
+            let name = name.clone();
+            tokio::spawn(async move {
+                let w = locks.write(&name).await.unwrap();
+                let got = Instant::now();
+                w.release().await.unwrap();
+                got
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!writer.is_finished(), "{name}: writer beside a reader");
+        let released = Instant::now();
+        r.release().await.unwrap();
+        let handoff = writer.await.unwrap().duration_since(released);
+        assert!(
+            handoff < Duration::from_secs(1),
+            "{name}: writer got in {handoff:?} after the last reader left (no notification?)"
+        );
     }
 }
 
@@ -240,9 +270,18 @@ async fn throughput_one_master_vs_three_master_cluster() {
     let cluster = RedisCluster::start(3);
     let one = throughput(single.store().await).await;
     let three = throughput(cluster.store().await).await;
+    // The same cluster with classic pub/sub: every release's PUBLISH crosses the cluster bus to
+    // every node, listened to or not.
+    let mut options = ClusterOptions::default();
+    options.pubsub = Some(PubSub::Classic);
+    let classic = ClusterStore::connect_with(&cluster.urls(), options)
+        .await
+        .unwrap();
+    let three_classic = throughput(classic).await;
     println!(
         "expire_lock + expire_unlock over 1,000 keys, 32 tasks: 1 master {one:.0} acq/s, \
-         3-master cluster {three:.0} acq/s"
+         3-master cluster {three:.0} acq/s (sharded pub/sub), {three_classic:.0} acq/s \
+         (classic pub/sub)"
     );
 }
 
@@ -386,4 +425,208 @@ async fn reshard_while_contending() {
         cluster.nodes[from].cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]),
         "0"
     );
+}
+
+/// How many clients node `node` has subscribed to `channel`: `PUBSUB SHARDNUMSUB` when
+/// `sharded`, else `PUBSUB NUMSUB`.
+fn subscribers(cluster: &RedisCluster, node: usize, sharded: bool, channel: &str) -> u64 {
+    let sub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    let reply = cluster.nodes[node].cli(&["PUBSUB", sub, channel]);
+    // redis-cli prints the channel and its count on two lines.
+    reply
+        .lines()
+        .nth(1)
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| cluster.fail(format!("PUBSUB {sub} {channel}: {reply:?}")))
+}
+
+/// Wait up to 5 s until `node` has `want` subscribers of `channel`.
+async fn await_subscribers(
+    cluster: &RedisCluster,
+    node: usize,
+    sharded: bool,
+    channel: &str,
+    want: u64,
+) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let have = subscribers(cluster, node, sharded, channel);
+        if have == want {
+            return;
+        }
+        if Instant::now() > deadline {
+            cluster.fail(format!(
+                "node {node} has {have} subscribers of {channel} (sharded: {sharded}), not {want}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `calls` of `cmdstat_<command>` in node `node`'s `INFO commandstats` (0 when never called).
+fn calls(cluster: &RedisCluster, node: usize, command: &str) -> u64 {
+    let stats = cluster.nodes[node].cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Hold `name` (no watchdog, 30 s lease), start a waiter, and return the lease and the waiter,
+/// once the waiter is waiting.
+async fn hold_with_waiter(
+    locks: &ExpireLock<ClusterStore>,
+    name: &str,
+) -> (tairlock::Lease, tokio::task::JoinHandle<Instant>) {
+    let lease = locks
+        .expire_lock(name, LONG)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let guard = locks.lock(&name).await.unwrap();
+            let got = Instant::now();
+            guard.release().await.unwrap();
+            got
+        })
+    };
+    (lease, waiter)
+}
+
+/// Release `lease` and require the waiter to get in within 3 s: far less than the holder's 30 s
+/// lease, so it was woken by the release message.
+async fn release_wakes(
+    locks: &ExpireLock<ClusterStore>,
+    name: &str,
+    lease: &tairlock::Lease,
+    waiter: tokio::task::JoinHandle<Instant>,
+) -> Duration {
+    assert!(!waiter.is_finished(), "{name}: waiter got a held lock");
+    let released = Instant::now();
+    assert_eq!(
+        locks.expire_unlock(name, lease).await.unwrap(),
+        Unlock::Released
+    );
+    let handoff = waiter.await.unwrap().duration_since(released);
+    assert!(
+        handoff < Duration::from_secs(3),
+        "{name}: waiter woke {handoff:?} after the release (no notification?)"
+    );
+    handoff
+}
+
+/// On Redis 7.0 the store picks sharded pub/sub: a waiter `SSUBSCRIBE`s on the master of its
+/// lock's slot only, the release script `SPUBLISH`es there only, and the waiter is woken by it.
+/// No classic subscription or `PUBLISH` anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_are_announced_in_the_shard_of_the_lock() {
+    let cluster = RedisCluster::start(3);
+    let store = cluster.store().await;
+    assert_eq!(store.pubsub(), PubSub::Sharded);
+    let locks = ExpireLock::new(store.clone());
+    let names = names_on_every_master(&cluster, "shard:");
+    for i in 0..cluster.nodes.len() {
+        cluster.nodes[i].cli(&["CONFIG", "RESETSTAT"]);
+    }
+    let mut owners = Vec::new();
+    for name in &names {
+        let channel = format!("tairlock:{{{name}}}:released");
+        let owner = cluster.node_of_slot(key_slot(&channel));
+        owners.push(owner);
+        let (lease, waiter) = hold_with_waiter(&locks, name).await;
+        await_subscribers(&cluster, owner, true, &channel, 1).await;
+        for node in 0..cluster.nodes.len() {
+            if node != owner {
+                assert_eq!(subscribers(&cluster, node, true, &channel), 0, "{name}");
+            }
+            assert_eq!(subscribers(&cluster, node, false, &channel), 0, "{name}");
+        }
+        let handoff = release_wakes(&locks, name, &lease, waiter).await;
+        eprintln!("{name}: handoff {handoff:?} through node {owner}");
+    }
+    for node in 0..cluster.nodes.len() {
+        // Each name's first release (by the holder) and the waiter's own release.
+        let owned = owners.iter().filter(|&&o| o == node).count() as u64;
+        assert_eq!(calls(&cluster, node, "spublish"), 2 * owned, "node {node}");
+        assert_eq!(calls(&cluster, node, "publish"), 0, "node {node}");
+    }
+}
+
+/// Classic pub/sub when asked for (what the store uses on servers before 7.0): releases are
+/// `PUBLISH`ed, heard through one ordinary subscription, and still wake the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_pubsub_on_request() {
+    let cluster = RedisCluster::start(3);
+    let mut options = ClusterOptions::default();
+    options.pubsub = Some(PubSub::Classic);
+    let store = ClusterStore::connect_with(&cluster.urls(), options)
+        .await
+        .unwrap();
+    assert_eq!(store.pubsub(), PubSub::Classic);
+    let locks = ExpireLock::new(store);
+    for name in names_on_every_master(&cluster, "classic:") {
+        let channel = format!("tairlock:{{{name}}}:released");
+        let (lease, waiter) = hold_with_waiter(&locks, &name).await;
+        // The notifier listens on the first seed node, whatever the slot.
+        await_subscribers(&cluster, 0, false, &channel, 1).await;
+        release_wakes(&locks, &name, &lease, waiter).await;
+    }
+    let spublish: u64 = (0..cluster.nodes.len())
+        .map(|n| calls(&cluster, n, "spublish"))
+        .sum();
+    assert_eq!(spublish, 0);
+}
+
+/// A waiter's sharded subscription follows its channel when the slot moves to another master:
+/// the old master drops it (`sunsubscribe`), the notifier subscribes again on the new master,
+/// and a release after the move still wakes the waiter at once (the holder's lease is 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_subscription_follows_its_slot_to_another_master() {
+    let cluster = Arc::new(RedisCluster::start(3));
+    let store = cluster.store().await;
+    let holder = ExpireLock::new(cluster.store().await);
+    let locks = ExpireLock::new(store);
+    let name = "moving";
+    let channel = format!("tairlock:{{{name}}}:released");
+    let slot = key_slot(&channel);
+    let from = cluster.node_of_slot(slot);
+    let to = (from + 1) % cluster.nodes.len();
+
+    let lease = holder
+        .expire_lock(name, LONG)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let guard = locks.lock(name).await.unwrap();
+            let got = Instant::now();
+            guard.release().await.unwrap();
+            got
+        })
+    };
+    await_subscribers(&cluster, from, true, &channel, 1).await;
+    {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            migrate_slot(&cluster, slot, from, to, Duration::from_millis(50))
+        })
+        .await
+        .expect("migration panicked");
+    }
+    assert_eq!(cluster.node_of_slot(slot), to);
+    await_subscribers(&cluster, to, true, &channel, 1).await;
+    assert_eq!(subscribers(&cluster, from, true, &channel), 0);
+    // Let any wake-up from the move itself pass (the waiter retries and finds the lock held).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let handoff = release_wakes(&holder, name, &lease, waiter).await;
+    eprintln!("handoff after the slot moved from node {from} to node {to}: {handoff:?}");
 }

@@ -305,9 +305,10 @@ async fn a_key_deleted_without_a_message_costs_at_most_one_lease() {
     assert_eq!(guard.release().await.unwrap(), Unlock::Released);
 }
 
-/// A store whose releases publish nothing: the release message is lost.
+/// A store whose releases publish nothing: the release message is lost. With `.1` set, its
+/// notifier also takes 10 s to come up (a subscription that hangs).
 #[derive(Debug, Clone)]
-struct LostMessages(RedisStore);
+struct LostMessages(RedisStore, bool);
 
 impl Store for LostMessages {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
@@ -367,10 +368,17 @@ impl Store for LostMessages {
         self.0.eval(script, keys, args).await
     }
     async fn notifier(&self) -> Option<tairlock::notify::Notifier> {
+        if self.1 {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
         self.0.notifier().await
     }
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.0.runtime()
+    }
+
+    fn pubsub(&self) -> tairlock::notify::PubSub {
+        self.0.pubsub()
     }
 }
 
@@ -379,7 +387,7 @@ impl Store for LostMessages {
 #[tokio::test]
 async fn a_lost_release_message_costs_at_most_one_lease() {
     let server = RedisServer::start();
-    let holder = ExpireLock::new(LostMessages(server.store().await));
+    let holder = ExpireLock::new(LostMessages(server.store().await, false));
     let waiter = ExpireLock::new(server.store().await);
     let lease = Duration::from_secs(1);
     let held = holder
@@ -684,4 +692,46 @@ async fn workers_on_separate_clients_all_get_the_lock() {
         f.max_wait < Duration::from_secs(30),
         "a wait reached the lease"
     );
+}
+
+/// `try_lock_for`'s timeout bounds the subscription too: a notifier that hangs for 10 s does not
+/// keep the caller past its 200 ms (it polls instead, and gives up on time).
+#[tokio::test]
+async fn try_lock_for_is_not_held_past_its_timeout_by_a_hanging_subscription() {
+    let server = RedisServer::start();
+    let holder = ExpireLock::new(server.store().await);
+    let waiter = ExpireLock::new(LostMessages(server.store().await, true));
+    let held = holder
+        .lock_with_lease(NAME, Duration::from_secs(30), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    let got = waiter
+        .try_lock_for(NAME, Duration::from_millis(200))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(got.is_none(), "got a held lock");
+    assert!(
+        took < Duration::from_secs(1),
+        "try_lock_for(200 ms) took {took:?} behind a hanging subscription"
+    );
+    // The same for the reader/writer lock's waits.
+    let rw_holder = tairlock_rwlock::RwLock::new(server.store().await);
+    let rw_waiter = tairlock_rwlock::RwLock::new(LostMessages(server.store().await, true));
+    let write = rw_holder.write("rw-hang").await.unwrap();
+    let started = Instant::now();
+    let got = rw_waiter
+        .try_read_for("rw-hang", Duration::from_millis(200))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(got.is_none(), "read beside a writer");
+    assert!(
+        took < Duration::from_secs(1),
+        "try_read_for(200 ms) took {took:?} behind a hanging subscription"
+    );
+    write.release().await.unwrap();
+    held.release().await.unwrap();
 }

@@ -3,13 +3,17 @@
 //! legacy lock, the scripted reader/writer lock and Redlock over the embedded store, with lock
 //! names and legacy keys of every shape (plain, dotted, with a hash tag, with stray braces), and
 //! checks the declared keys of each script call; then that every script of each kind's `ALL`
-//! list was seen.
+//! list was seen. The store announces releases with sharded pub/sub (`SPUBLISH`, as a
+//! [`ClusterStore`](tairlock::ClusterStore) on Redis 7.0+ does), and every channel a script
+//! announces on must be in the slot of its keys too (Redis refuses an `SPUBLISH` from a script to
+//! a channel of another slot).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tairlock::keys::key_slot;
+use tairlock::notify::PubSub;
 use tairlock::store::Ttl;
 use tairlock::{ExpireLock, MemoryStore, Redlock, RedlockOptions, Reply, Result, Script, Store};
 
@@ -20,6 +24,8 @@ type Calls = Arc<Mutex<BTreeMap<&'static str, Vec<Vec<String>>>>>;
 struct Recording {
     inner: MemoryStore,
     calls: Calls,
+    /// Scripts seen announcing with `SPUBLISH`.
+    announcing: Arc<Mutex<BTreeSet<&'static str>>>,
 }
 
 impl Store for Recording {
@@ -71,13 +77,23 @@ impl Store for Recording {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
+        let mut declared = keys.to_vec();
+        // `…, channel, "SPUBLISH"`: the channel joins the keys whose slots must agree.
+        if let Some(i) = args.iter().position(|a| a == "SPUBLISH") {
+            declared.push(args[i - 1].clone());
+            self.announcing.lock().unwrap().insert(script.name());
+        }
         self.calls
             .lock()
             .unwrap()
             .entry(script.name())
             .or_default()
-            .push(keys.to_vec());
+            .push(declared);
         self.inner.eval(script, keys, args).await
+    }
+
+    fn pubsub(&self) -> PubSub {
+        PubSub::Sharded
     }
 }
 
@@ -174,6 +190,7 @@ async fn every_script_declares_keys_of_one_slot() {
     let store = Recording {
         inner: MemoryStore::new(),
         calls: Calls::default(),
+        announcing: Default::default(),
     };
     for name in ["orders:42", "a", "with space", "x:y:z", "ünï"] {
         exercise_expire_lock(&store, name).await;
@@ -212,4 +229,16 @@ async fn every_script_declares_keys_of_one_slot() {
         .filter(|name| !calls.contains_key(name))
         .collect();
     assert!(missing.is_empty(), "scripts never exercised: {missing:?}");
+    let announcing: Vec<&str> = store.announcing.lock().unwrap().iter().copied().collect();
+    assert_eq!(
+        announcing,
+        [
+            "expire_unlock",
+            "force_unlock",
+            "rw_downgrade",
+            "rw_read_release",
+            "rw_write_abandon"
+        ],
+        "the scripts that announce releases (with SPUBLISH on a sharded store)"
+    );
 }

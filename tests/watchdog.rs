@@ -460,6 +460,10 @@ impl Store for SlowRenewReply {
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.inner.runtime()
     }
+
+    fn pubsub(&self) -> tairlock::notify::PubSub {
+        self.inner.pubsub()
+    }
 }
 
 /// A renewal whose reply comes back after the lease's local deadline (but before the server's

@@ -192,6 +192,10 @@ impl<S: Store> Store for Counted<S> {
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.inner.runtime()
     }
+
+    fn pubsub(&self) -> tairlock::notify::PubSub {
+        self.inner.pubsub()
+    }
 }
 
 impl BenchStore for Counted<MemoryStore> {

@@ -143,10 +143,12 @@ impl<S: Store> RwLock<S> {
             };
             loop {
                 if std::mem::take(&mut subscribe) {
-                    watch = match self.store().notifier().await {
-                        Some(n) => n.watch(&keys.channel).await.ok(),
-                        None => None,
+                    let deadline = match patience {
+                        Patience::Until(deadline) => Some(deadline),
+                        _ => None,
                     };
+                    watch = tairlock::notify::watch_release(self.store(), &keys.channel, deadline)
+                        .await;
                 }
                 let notified = watch.as_ref().map(|w| w.notified());
                 let mut notified = pin!(notified);

@@ -428,6 +428,12 @@ impl<S: Store> RwLock<S> {
         &self.options
     }
 
+    /// The command the release scripts announce with on this store (see
+    /// [`Store::pubsub`](tairlock::Store::pubsub)).
+    fn publish_command(&self) -> String {
+        self.store.pubsub().publish_command().to_owned()
+    }
+
     /// The keys of the lock `name`.
     ///
     /// # Errors
@@ -556,7 +562,7 @@ impl<S: Store> RwLock<S> {
             .eval(
                 &READ_RELEASE,
                 &[keys.readers],
-                &[nonce.to_owned(), keys.channel],
+                &[nonce.to_owned(), keys.channel, self.publish_command()],
             )
             .await?;
         match reply.as_int() {
@@ -578,7 +584,11 @@ impl<S: Store> RwLock<S> {
             .eval(
                 &EXPIRE_UNLOCK,
                 &[keys.writer],
-                &[lease.value().to_owned(), keys.channel],
+                &[
+                    lease.value().to_owned(),
+                    keys.channel,
+                    self.publish_command(),
+                ],
             )
             .await?;
         match reply.as_int() {
@@ -674,7 +684,7 @@ impl<S: Store> RwLock<S> {
             .eval(
                 &WRITE_ABANDON,
                 &[keys.writer, keys.intent],
-                &[nonce.to_owned(), keys.channel],
+                &[nonce.to_owned(), keys.channel, self.publish_command()],
             )
             .await?;
         reply
@@ -709,6 +719,7 @@ impl<S: Store> RwLock<S> {
                     nonce.to_owned(),
                     lease_ms.to_string(),
                     keys.channel,
+                    self.publish_command(),
                 ],
             )
             .await?;

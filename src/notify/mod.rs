@@ -1,22 +1,48 @@
 //! Release notifications: one subscription per client, local waiters coalesced per channel.
 //!
-//! Releasing scripts `PUBLISH` on the lock's channel (`<prefix>{name}:released`, in the lock's
-//! hash slot). A [`Notifier`] is shared by everything that uses one store handle: on Redis it is
-//! one dedicated pub/sub connection, subscribed to a channel while at least one local waiter
-//! watches it; on the embedded store, messages are delivered in process. A message wakes the
-//! local watchers of its channel; the lock kinds make sure only one of them (the head of the
-//! key's local queue) talks to the server, so N local waiters cost O(1) commands per handoff.
+//! Releasing scripts announce on the lock's channel (`<prefix>{name}:released`, in the lock's
+//! hash slot). A [`Notifier`] is shared by everything that uses one store handle; a message wakes
+//! the local watchers of its channel, and the lock kinds make sure only one of them (the head of
+//! the key's local queue) talks to the server, so N local waiters cost O(1) commands per handoff.
+//!
+//! | store | announced with | heard through |
+//! |---|---|---|
+//! | [`MemoryStore`](crate::MemoryStore) | in process | the store's own hub |
+//! | [`RedisStore`](crate::RedisStore) | `PUBLISH` | one dedicated connection, `SUBSCRIBE` |
+//! | [`ClusterStore`](crate::ClusterStore), Redis 7.0+ | `SPUBLISH` (to the key's shard only) | `SSUBSCRIBE` on the master of each channel's slot, following slot moves (below) |
+//! | [`ClusterStore`](crate::ClusterStore), older servers | `PUBLISH` (broadcast to every node) | one connection to a seed node |
+//!
+//! Which one a store uses is its [`Store::pubsub`](crate::Store::pubsub); the releasing scripts
+//! take the matching command as an argument, so publisher and subscriber always agree.
+//!
+//! # Sharded pub/sub on a cluster
+//!
+//! The sharded subscriber is one dedicated cluster connection speaking RESP3, which sends each
+//! `SSUBSCRIBE` to the master of the channel's slot and follows the cluster:
+//!
+//! | event | what the server does | what the subscriber does |
+//! |---|---|---|
+//! | a message | `smessage` push | wake the channel's local watchers |
+//! | the channel's slot moves to another master | the old master drops the subscription with an `sunsubscribe` push | subscribe again (routed to the new owner, following `MOVED`), then wake the watchers once, since a release during the move went unheard |
+//! | a node connection drops | nothing reaches the client | wake every watcher now; the cluster connection reconnects and resubscribes that node's channels; wake each channel again when its `ssubscribe` confirmation arrives |
+//! | the last watcher left, 3 s ago | | `SUNSUBSCRIBE` (the confirmation is ignored: the channel is no longer registered) |
+//!
+//! While a slot is being migrated, a release that runs on the importing node (after `ASK`)
+//! announces there, where nobody is subscribed yet: that message is lost, and its waiters fall
+//! back to retrying at the end of the holder's lease, as for any lost notification.
 //!
 //! Notifications are hints, never the only way out of a wait: a lost message (a dropped
-//! connection, a lock that expired instead of being released) costs at most the holder's
-//! remaining time, after which waiters retry anyway.
+//! connection, a slot in the middle of a migration, a lock that expired instead of being
+//! released) costs at most the holder's remaining time, after which waiters retry anyway.
+
+mod classic;
+mod sharded;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -67,7 +93,6 @@ impl Hub {
         (ch, first)
     }
 
-    /// Unregister a watcher; true if it was the channel's last.
     /// Unregister a watcher; true if it was the channel's last. With `linger`, an unwatched
     /// channel stays registered (and subscribed) until [`Hub::forget_if_unwatched`] removes it.
     fn leave(&self, channel: &str, linger: bool) -> bool {
@@ -102,6 +127,31 @@ impl Hub {
     fn names(&self) -> Vec<String> {
         self.channels.lock().keys().cloned().collect()
     }
+
+    /// Whether `channel` is registered (watched, or lingering after its last watcher).
+    fn contains(&self, channel: &str) -> bool {
+        self.channels.lock().contains_key(channel)
+    }
+}
+
+/// How releases are announced and heard. See the [module docs](self).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PubSub {
+    /// `PUBLISH`/`SUBSCRIBE`: any Redis; on a cluster every message reaches every node.
+    Classic,
+    /// `SPUBLISH`/`SSUBSCRIBE` (Redis 7.0+): a message stays within the shard of its channel's
+    /// slot.
+    Sharded,
+}
+
+impl PubSub {
+    /// The command a releasing script announces with: `PUBLISH` or `SPUBLISH`.
+    pub fn publish_command(self) -> &'static str {
+        match self {
+            PubSub::Classic => "PUBLISH",
+            PubSub::Sharded => "SPUBLISH",
+        }
+    }
 }
 
 /// Delivers release notifications to local waiters. Cheap to clone. See the [module docs](self).
@@ -112,20 +162,53 @@ pub struct Notifier {
 
 struct Inner {
     hub: Arc<Hub>,
-    redis: Option<RedisSubscriber>,
+    backend: Backend,
+}
+
+/// Where subscriptions go.
+enum Backend {
+    /// The embedded store delivers into the hub itself.
+    InProcess,
+    Classic(classic::ClassicSubscriber),
+    Sharded(sharded::ShardedSubscriber),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::InProcess => "memory",
+            Backend::Classic(_) => "classic",
+            Backend::Sharded(_) => "sharded",
+        }
+    }
+
+    /// Subscribe `channel`, returning once the server acknowledged it.
+    async fn subscribe(&self, channel: &str) -> Result<()> {
+        match self {
+            Backend::InProcess => Ok(()),
+            Backend::Classic(c) => c.subscribe(channel).await,
+            Backend::Sharded(s) => s.subscribe(channel).await,
+        }
+    }
+
+    /// Whether an unwatched channel lingers (stays subscribed for [`LINGER`]).
+    fn lingers(&self) -> bool {
+        !matches!(self, Backend::InProcess)
+    }
+
+    fn unsubscribe_later(&self, channel: &str, hub: Arc<Hub>) {
+        match self {
+            Backend::InProcess => {}
+            Backend::Classic(c) => c.unsubscribe_later(channel, hub),
+            Backend::Sharded(s) => s.unsubscribe_later(channel, hub),
+        }
+    }
 }
 
 impl fmt::Debug for Notifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notifier")
-            .field(
-                "backend",
-                &if self.inner.redis.is_some() {
-                    "redis"
-                } else {
-                    "memory"
-                },
-            )
+            .field("backend", &self.inner.backend.name())
             .finish_non_exhaustive()
     }
 }
@@ -134,20 +217,45 @@ impl Notifier {
     /// A notifier fed in process by the embedded store through `hub`.
     pub(crate) fn in_process(hub: Arc<Hub>) -> Self {
         Notifier {
-            inner: Arc::new(Inner { hub, redis: None }),
+            inner: Arc::new(Inner {
+                hub,
+                backend: Backend::InProcess,
+            }),
         }
     }
 
-    /// A notifier with one dedicated pub/sub connection to the server of `client`.
+    /// A notifier with one dedicated classic pub/sub connection to the server of `client`.
     pub(crate) async fn redis(client: redis::Client) -> Result<Self> {
         let hub = Arc::new(Hub::default());
-        let subscriber = RedisSubscriber::start(client, hub.clone()).await?;
+        let subscriber = classic::ClassicSubscriber::start(client, hub.clone()).await?;
         Ok(Notifier {
             inner: Arc::new(Inner {
                 hub,
-                redis: Some(subscriber),
+                backend: Backend::Classic(subscriber),
             }),
         })
+    }
+
+    /// A notifier with sharded subscriptions through a dedicated cluster connection built by
+    /// `client` (which must speak RESP3; see [`sharded`]).
+    pub(crate) async fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
+        let hub = Arc::new(Hub::default());
+        let subscriber = sharded::ShardedSubscriber::start(client, hub.clone()).await?;
+        Ok(Notifier {
+            inner: Arc::new(Inner {
+                hub,
+                backend: Backend::Sharded(subscriber),
+            }),
+        })
+    }
+
+    /// How this notifier hears releases ([`PubSub::Classic`] for the embedded store, whose
+    /// deliveries do not depend on the command).
+    pub fn pubsub(&self) -> PubSub {
+        match self.inner.backend {
+            Backend::Sharded(_) => PubSub::Sharded,
+            _ => PubSub::Classic,
+        }
     }
 
     /// Start watching `channel`: messages published on it from now on wake [`Watch::notified`].
@@ -165,12 +273,38 @@ impl Notifier {
             name: channel.to_owned(),
             notifier: self.clone(),
         };
-        if let Some(redis) = &self.inner.redis {
-            ch.subscribed
-                .get_or_try_init(|| redis.subscribe(channel))
-                .await?;
-        }
+        ch.subscribed
+            .get_or_try_init(|| self.inner.backend.subscribe(channel))
+            .await?;
         Ok(watch)
+    }
+}
+
+/// How a waiting loop starts listening: `store`'s notifier watching `channel`, or `None` when the
+/// store has no notifier, the subscription failed, or `deadline` came first (connecting the
+/// notifier and the acknowledged `SUBSCRIBE` are bounded by it, so a `try_lock_for` never
+/// overruns its timeout waiting for them). Without a watch, the waiter polls.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a subscription cut short is retried by the channel's next watcher.
+pub async fn watch_release<S: crate::Store>(
+    store: &S,
+    channel: &str,
+    deadline: Option<tokio::time::Instant>,
+) -> Option<Watch> {
+    let watch = async {
+        match store.notifier().await {
+            Some(n) => n.watch(channel).await.ok(),
+            None => None,
+        }
+    };
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, watch)
+            .await
+            .ok()
+            .flatten(),
+        None => watch.await,
     }
 }
 
@@ -210,97 +344,9 @@ const LINGER: Duration = Duration::from_secs(3);
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let redis = self.notifier.inner.redis.as_ref();
-        if self.notifier.inner.hub.leave(&self.name, redis.is_some())
-            && let Some(redis) = redis
-        {
-            redis.unsubscribe_later(&self.name, self.notifier.inner.hub.clone());
+        let backend = &self.notifier.inner.backend;
+        if self.notifier.inner.hub.leave(&self.name, backend.lingers()) {
+            backend.unsubscribe_later(&self.name, self.notifier.inner.hub.clone());
         }
-    }
-}
-
-/// One dedicated pub/sub connection: a sink for (un)subscribing and a reader task that feeds
-/// the hub, reconnecting and resubscribing when the connection drops.
-struct RedisSubscriber {
-    sink: Arc<tokio::sync::Mutex<Option<redis::aio::PubSubSink>>>,
-    reader: tokio::task::AbortHandle,
-}
-
-impl Drop for RedisSubscriber {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
-}
-
-impl RedisSubscriber {
-    async fn start(client: redis::Client, hub: Arc<Hub>) -> Result<Self> {
-        let (sink, stream) = client.get_async_pubsub().await?.split();
-        let sink = Arc::new(tokio::sync::Mutex::new(Some(sink)));
-        let reader = tokio::spawn(Self::read(client, hub, sink.clone(), stream)).abort_handle();
-        Ok(RedisSubscriber { sink, reader })
-    }
-
-    async fn read(
-        client: redis::Client,
-        hub: Arc<Hub>,
-        sink: Arc<tokio::sync::Mutex<Option<redis::aio::PubSubSink>>>,
-        mut stream: redis::aio::PubSubStream,
-    ) {
-        loop {
-            while let Some(msg) = stream.next().await {
-                hub.deliver(msg.get_channel_name());
-            }
-            // The connection dropped: anything may have been released meanwhile.
-            *sink.lock().await = None;
-            hub.wake_all();
-            let mut delay = Duration::from_millis(50);
-            loop {
-                tokio::time::sleep(delay).await;
-                if let Ok(pubsub) = client.get_async_pubsub().await {
-                    let (mut new_sink, new_stream) = pubsub.split();
-                    let names = hub.names();
-                    if names.is_empty() || new_sink.subscribe(&names).await.is_ok() {
-                        *sink.lock().await = Some(new_sink);
-                        stream = new_stream;
-                        hub.wake_all();
-                        break;
-                    }
-                }
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-        }
-    }
-
-    async fn subscribe(&self, channel: &str) -> Result<()> {
-        let mut sink = self.sink.lock().await;
-        match sink.as_mut() {
-            Some(s) => Ok(s.subscribe(channel).await?),
-            // Reconnecting: the reader resubscribes every watched channel when it is back.
-            None => Ok(()),
-        }
-    }
-
-    /// After [`LINGER`], unsubscribe `channel` unless a watcher has come back. The check and the
-    /// removal happen under the sink's lock, so a SUBSCRIBE for a new registration of the
-    /// channel is never overtaken by this UNSUBSCRIBE.
-    fn unsubscribe_later(&self, channel: &str, hub: Arc<Hub>) {
-        let sink = self.sink.clone();
-        let channel = channel.to_owned();
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            // No runtime to wait on: drop the registration now (the subscription stays until
-            // the connection closes; stray messages wake nobody).
-            hub.forget_if_unwatched(&channel);
-            return;
-        };
-        handle.spawn(async move {
-            tokio::time::sleep(LINGER).await;
-            let mut sink = sink.lock().await;
-            if !hub.forget_if_unwatched(&channel) {
-                return;
-            }
-            if let Some(s) = sink.as_mut() {
-                let _ = s.unsubscribe(&channel).await;
-            }
-        });
     }
 }

@@ -2,6 +2,7 @@
 --   KEYS[1]  lock key
 --   ARGV[1]  the lease value expire_lock returned
 --   ARGV[2]  optional: the lock's release channel, published to on release
+--   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns 1 released, 0 held by another lease, -1 not held (absent or expired).
 -- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -18,7 +19,7 @@ end
 if cur == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] then
-    redis.call('PUBLISH', ARGV[2], 'released')
+    redis.call(ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[2], 'released')
   end
   return 1
 end

@@ -1,6 +1,7 @@
 -- force_unlock: delete the lock whoever holds it, but only if it is one of our locks.
 --   KEYS[1]  lock key
 --   ARGV[1]  optional: the lock's release channel, published to on release
+--   ARGV[2]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns 1 deleted, -1 not held.
 -- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -16,6 +17,6 @@ if string.sub(cur, 1, 4) ~= 'tl1:' then
 end
 redis.call('DEL', KEYS[1])
 if ARGV[1] then
-  redis.call('PUBLISH', ARGV[1], 'released')
+  redis.call(ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[1], 'released')
 end
 return 1

@@ -3,10 +3,13 @@
 //! | operation | KEYS | ARGV | reply |
 //! |---|---|---|---|
 //! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease}` / `{0, holder, pttl}` |
-//! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel] | `1` / `0` / `-1` |
+//! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel, [publish cmd]] | `1` / `0` / `-1` |
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
-//! | [`FORCE_UNLOCK`] | lock | [release channel] | `1` / `-1` |
+//! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
+//!
+//! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
+//! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
 //!
 //! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key
 //! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`).

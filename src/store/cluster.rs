@@ -16,10 +16,21 @@
 //!
 //! # Release notifications
 //!
-//! A classic `PUBLISH` (what the release scripts send) is broadcast to every node of a cluster,
-//! so the store's [`Notifier`](crate::notify::Notifier) is one ordinary pub/sub connection to the
-//! first seed node that answers. If that node goes away, waiters fall back to timed retries
-//! (bounded by the holder's remaining lease) while the subscriber reconnects to the same node.
+//! On Redis 7.0 and later (found out at connect with `COMMAND INFO SPUBLISH`, or forced with
+//! [`ClusterOptions::pubsub`]) releases are announced with **sharded pub/sub**: the release
+//! scripts `SPUBLISH` on the lock's channel, which shares the lock's hash tag and slot, so the
+//! message stays within that shard; the store's [`Notifier`](crate::notify::Notifier)
+//! `SSUBSCRIBE`s on the master of each watched channel's slot and follows the channel when its
+//! slot moves (details in [`notify`](crate::notify)).
+//!
+//! On older servers they use classic `PUBLISH`, which the cluster broadcasts to every node, and
+//! the notifier is one ordinary pub/sub connection to the first seed node that answers. If that
+//! node goes away, waiters fall back to timed retries (bounded by the holder's remaining lease)
+//! while the subscriber reconnects to the same node.
+//!
+//! Every client of one lock must announce the same way (they do when they run against the same
+//! cluster with the same setting): a waiter subscribed one way does not hear releases announced
+//! the other way, and then waits for the holder's lease to end instead.
 //!
 //! # Not guaranteed
 //!
@@ -35,6 +46,7 @@ use redis::cluster_async::ClusterConnection;
 
 use super::{Store, Ttl};
 use crate::error::{Error, Result};
+use crate::notify::PubSub;
 use crate::script::{Reply, Script};
 
 /// Connection settings for [`ClusterStore`].
@@ -48,6 +60,10 @@ pub struct ClusterOptions {
     /// How many times a command is retried on `MOVED`/`ASK`/`TRYAGAIN`/`CLUSTERDOWN` or a
     /// connection error.
     pub retries: u32,
+    /// How releases are announced and heard; `None` (the default) picks
+    /// [`PubSub::Sharded`] when the server knows `SPUBLISH` (Redis 7.0+) and
+    /// [`PubSub::Classic`] otherwise.
+    pub pubsub: Option<PubSub>,
 }
 
 impl Default for ClusterOptions {
@@ -56,6 +72,7 @@ impl Default for ClusterOptions {
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(2),
             retries: 8,
+            pubsub: None,
         }
     }
 }
@@ -69,6 +86,9 @@ pub struct ClusterStore {
     blocking_con: ClusterConnection,
     runtime: tokio::runtime::Handle,
     urls: Vec<String>,
+    options: ClusterOptions,
+    /// How releases are announced, decided at connect.
+    pubsub: PubSub,
     notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
 }
 
@@ -106,12 +126,7 @@ impl ClusterStore {
         }
         let redacted: Vec<String> = urls.iter().map(|u| super::redis::redact(u)).collect();
         let build = |response_timeout: Duration| {
-            ClusterClient::builder(urls.iter().map(String::as_str))
-                .response_timeout(response_timeout)
-                .connection_timeout(options.connection_timeout)
-                .retries(options.retries)
-                .min_retry_wait(10)
-                .max_retry_wait(500)
+            builder(&urls, &options, response_timeout)
                 .build()
                 .map_err(|e| Error::invalid(format!("bad cluster urls {redacted:?}: {e}")))
         };
@@ -130,11 +145,17 @@ impl ClusterStore {
         let con = connect(build(options.response_timeout)?).await?;
         // `WAIT` may legitimately take as long as its own timeout: the caller bounds it.
         let blocking_con = connect(build(Duration::from_secs(24 * 3600))?).await?;
+        let pubsub = match options.pubsub {
+            Some(pubsub) => pubsub,
+            None => detect_pubsub(&con).await?,
+        };
         Ok(ClusterStore {
             con,
             blocking_con,
             runtime: tokio::runtime::Handle::current(),
             urls,
+            options,
+            pubsub,
             notifier: Default::default(),
         })
     }
@@ -167,6 +188,37 @@ impl ClusterStore {
         }
         Ok(())
     }
+}
+
+/// A cluster client builder for `urls` with `options` and this response timeout.
+fn builder(
+    urls: &[String],
+    options: &ClusterOptions,
+    response_timeout: Duration,
+) -> redis::cluster::ClusterClientBuilder {
+    ClusterClient::builder(urls.iter().map(String::as_str))
+        .response_timeout(response_timeout)
+        .connection_timeout(options.connection_timeout)
+        .retries(options.retries)
+        .min_retry_wait(10)
+        .max_retry_wait(500)
+}
+
+/// Sharded pub/sub if the cluster's servers know `SPUBLISH` (Redis 7.0+), else classic.
+async fn detect_pubsub(con: &ClusterConnection) -> Result<PubSub> {
+    let mut con = con.clone();
+    let info: redis::Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("SPUBLISH")
+        .query_async(&mut con)
+        .await?;
+    let known = matches!(&info, redis::Value::Array(items)
+        if items.first().is_some_and(|i| !matches!(i, redis::Value::Nil)));
+    Ok(if known {
+        PubSub::Sharded
+    } else {
+        PubSub::Classic
+    })
 }
 
 impl Store for ClusterStore {
@@ -218,9 +270,17 @@ impl Store for ClusterStore {
         super::run_wait_pipeline(&mut con, pipe, &wait).await
     }
 
+    fn pubsub(&self) -> PubSub {
+        self.pubsub
+    }
+
     async fn notifier(&self) -> Option<crate::notify::Notifier> {
         self.notifier
             .get_or_try_init(|| async {
+                if self.pubsub == PubSub::Sharded {
+                    let builder = builder(&self.urls, &self.options, self.options.response_timeout);
+                    return crate::notify::Notifier::sharded(builder).await;
+                }
                 let mut last = None;
                 for url in &self.urls {
                     let client = match redis::Client::open(url.as_str()) {
@@ -247,6 +307,13 @@ impl Store for ClusterStore {
     }
 }
 
+/// Dedicated connections to one node, for state that lives on one server connection.
+///
+/// The shared cluster connection routes each command by its own key, so two commands of one
+/// caller may travel on different node connections, and a `WATCH`, a `MULTI` block or client
+/// tracking set up through it applies to no connection the caller controls. Callers that need
+/// such state (the legacy crate's `WatchLock` on a cluster) open a connection of their own to
+/// the node that owns the keys, with the client this gives them.
 impl ClusterStore {
     /// A `redis` client for the node at `host:port`, as the cluster names it (`CLUSTER SLOTS`,
     /// a `MOVED` reply), connecting the way the cluster client does: with the first seed URL's

@@ -232,6 +232,15 @@ pub trait Store: Clone + Send + Sync + 'static {
         }
     }
 
+    /// How releases on this store are announced and heard: the releasing scripts announce
+    /// with [`PubSub::publish_command`](crate::notify::PubSub::publish_command) of this, and
+    /// the store's [`notifier`](Store::notifier) subscribes to match. Classic unless the store
+    /// says otherwise ([`ClusterStore`] picks sharded pub/sub on Redis 7.0+). A wrapper store
+    /// that delegates [`notifier`](Store::notifier) must delegate this too.
+    fn pubsub(&self) -> crate::notify::PubSub {
+        crate::notify::PubSub::Classic
+    }
+
     /// The shared release-notification channel of this store handle, if it has one (both stores
     /// do; a wrapper that does not delegate this makes waiters poll instead).
     fn notifier(&self) -> impl Future<Output = Option<crate::notify::Notifier>> + Send {

@@ -390,6 +390,10 @@ impl<S: Store> Store for Gated<S> {
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.inner.runtime()
     }
+
+    fn pubsub(&self) -> tairlock::notify::PubSub {
+        self.inner.pubsub()
+    }
 }
 
 impl<S: WatchStore> WatchStore for Gated<S> {

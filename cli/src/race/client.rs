@@ -261,6 +261,10 @@ impl<S: Store> Store for RaceStore<S> {
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         self.inner.runtime()
     }
+
+    fn pubsub(&self) -> tairlock::notify::PubSub {
+        self.inner.pubsub()
+    }
 }
 
 /// `WATCH` transactions through the race's wrapper (for `legacy-watch`): each command takes a

@@ -6,6 +6,7 @@
 --   ARGV[2]  the new reader's nonce
 --   ARGV[3]  the read lease in ms (> 0)
 --   ARGV[4]  the lock's release channel (waiting readers may enter now)
+--   ARGV[5]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns {1, expiry ms, live readers} downgraded, {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 local wt = redis.call('TYPE', KEYS[1])['ok']
@@ -36,5 +37,5 @@ if redis.call('PTTL', KEYS[2]) < lease then
   redis.call('PEXPIRE', KEYS[2], lease)
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[4], 'released')
+redis.call(ARGV[5] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[4], 'released')
 return {1, expiry, redis.call('ZCARD', KEYS[2])}

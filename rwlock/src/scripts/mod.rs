@@ -5,14 +5,17 @@
 //! |---|---|---|---|
 //! | [`READ_ACQUIRE`] | w, r, wi | nonce, lease ms, honour intent | `{1, expiry, readers}` / `{0, 'writer'\|'intent', pttl}` |
 //! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
-//! | [`READ_RELEASE`] | r | nonce, channel | `1` / `-1` |
+//! | [`READ_RELEASE`] | r | nonce, channel, [publish cmd] | `1` / `-1` |
 //! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry}` / `{-1}` |
-//! | [`WRITE_ABANDON`] | w, wi | nonce, channel | keys deleted |
-//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel | `{1, expiry, readers}` / `{0}` / `{-1}` |
+//! | [`WRITE_ABANDON`] | w, wi | nonce, channel, [publish cmd] | keys deleted |
+//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers}` / `{0}` / `{-1}` |
 //! | [`INSPECT`] | w, r, wi, fence | | snapshot (read-only) |
 //! | [`COUNT`] | w, r, wi | | `{readers, writer pttl, intent pttl}` (read-only) |
-//! | core [`EXPIRE_UNLOCK`](tairlock::scripts::EXPIRE_UNLOCK) | w | lease, channel | `1` / `0` / `-1` (write release) |
+//! | core [`EXPIRE_UNLOCK`](tairlock::scripts::EXPIRE_UNLOCK) | w | lease, channel, [publish cmd] | `1` / `0` / `-1` (write release) |
 //! | core [`RENEW`](tairlock::scripts::RENEW) | w, fence | lease, lease ms, new nonce, retention ms | `{1, lease}` / `{0}` / `{-1}` (write renewal) |
+//!
+//! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
+//! ([`PubSub::Sharded`](tairlock::notify::PubSub)), otherwise absent (`PUBLISH`).
 //!
 //! The writer key holds exactly the core's lease format, so the write lock's release and renewal
 //! *are* the core expire lock's scripts, run on the writer key.

@@ -2,6 +2,7 @@
 --   KEYS[1]  readers key  <prefix>{name}:r
 --   ARGV[1]  the reader's nonce
 --   ARGV[2]  the lock's release channel <prefix>{name}:released
+--   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns 1 released, -1 not held (the lease had expired, or was released already).
 -- Error WRONGTYPE when the key holds data that is not ours; nothing is removed.
 local rt = redis.call('TYPE', KEYS[1])['ok']
@@ -19,6 +20,6 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 end
 -- Only a waiting writer cares, and only once no live reader is left.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[2], 'released')
 end
 return 1

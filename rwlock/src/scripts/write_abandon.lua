@@ -5,6 +5,7 @@
 --   KEYS[2]  intent key   <prefix>{name}:wi
 --   ARGV[1]  the acquisition's nonce
 --   ARGV[2]  the lock's release channel
+--   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns how many keys were deleted (0, 1 or 2); publishes on the channel when any was.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is deleted.
 local wt = redis.call('TYPE', KEYS[1])['ok']
@@ -40,6 +41,6 @@ if intent == ARGV[1] then
   deleted = deleted + 1
 end
 if deleted > 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.call(ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[2], 'released')
 end
 return deleted

@@ -288,6 +288,74 @@ impl<S: Store> ExpireLock<S> {
             [ttl_ms.to_string(), nonce, self.retention_ms()],
         ))
     }
+
+    /// The keys and `ARGV` of one [`EXPIRE_UNLOCK`] call for `lease`, after validating `name`.
+    /// Every release of an expire lease builds its request here, so the release-channel
+    /// arguments are the same everywhere.
+    pub(crate) fn unlock_request(
+        &self,
+        name: &str,
+        lease: &Lease,
+    ) -> Result<([String; 1], [String; 3])> {
+        let keys = self.keys(name)?;
+        Ok((
+            [keys.lock],
+            [
+                lease.value().to_owned(),
+                keys.channel,
+                self.publish_command(),
+            ],
+        ))
+    }
+
+    /// The keys and `ARGV` of one [`RENEW`] call, after validating `name` and `ttl`; `nonce` is
+    /// the renewed lease's (repeating a call with the same nonce is idempotent).
+    pub(crate) fn renew_request(
+        &self,
+        name: &str,
+        lease: &Lease,
+        ttl: Duration,
+        nonce: String,
+    ) -> Result<([String; 2], [String; 4])> {
+        let keys = self.keys(name)?;
+        let ttl_ms = ttl_ms(ttl)?;
+        Ok((
+            keys.both(),
+            [
+                lease.value().to_owned(),
+                ttl_ms.to_string(),
+                nonce,
+                self.retention_ms(),
+            ],
+        ))
+    }
+}
+
+/// Decode an [`EXPIRE_UNLOCK`] reply.
+pub(crate) fn decode_unlock(reply: &Reply) -> Result<Unlock> {
+    match reply.as_int() {
+        Some(1) => Ok(Unlock::Released),
+        Some(0) => Ok(Unlock::HeldByOther),
+        Some(-1) => Ok(Unlock::NotHeld),
+        _ => Err(unexpected(&EXPIRE_UNLOCK, reply)),
+    }
+}
+
+/// Decode a [`RENEW`] reply for a request sent at `sent`.
+pub(crate) fn decode_renew(
+    reply: &Reply,
+    sent: tokio::time::Instant,
+    ttl: Duration,
+) -> Result<Renew> {
+    let items = array(reply, &RENEW)?;
+    match items.first().and_then(Reply::as_int) {
+        Some(1) => Ok(Renew::Renewed(
+            lease_at(items, 1, &RENEW)?.with_deadline(deadline(sent, ttl)),
+        )),
+        Some(0) => Ok(Renew::HeldByOther),
+        Some(-1) => Ok(Renew::NotHeld),
+        _ => Err(unexpected(&RENEW, reply)),
+    }
 }
 
 /// Decode an [`EXPIRE_LOCK`] reply for a request sent at `sent`.
@@ -328,24 +396,9 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// Dropping the future may or may not release the lock; the TTL frees it in any case.
     pub async fn expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
-        let keys = self.keys(name)?;
-        let reply = self
-            .eval_retrying(
-                &EXPIRE_UNLOCK,
-                &[keys.lock],
-                &[
-                    lease.value().to_owned(),
-                    keys.channel,
-                    self.publish_command(),
-                ],
-            )
-            .await?;
-        match reply.as_int() {
-            Some(1) => Ok(Unlock::Released),
-            Some(0) => Ok(Unlock::HeldByOther),
-            Some(-1) => Ok(Unlock::NotHeld),
-            _ => Err(unexpected(&EXPIRE_UNLOCK, &reply)),
-        }
+        let (keys, args) = self.unlock_request(name, lease)?;
+        let reply = self.eval_retrying(&EXPIRE_UNLOCK, &keys, &args).await?;
+        decode_unlock(&reply)
     }
 
     /// Extend a held lease to `ttl` from now (server time). The lease rotates: the returned one
@@ -360,25 +413,10 @@ impl<S: Store> ExpireLock<S> {
     /// If the future is dropped after sending, the lock may hold a lease the caller never saw;
     /// the old lease then no longer matches and the lock frees itself after `ttl`.
     pub async fn renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<Renew> {
-        let keys = self.keys(name)?;
-        let ttl_ms = ttl_ms(ttl)?;
-        let args = [
-            lease.value().to_owned(),
-            ttl_ms.to_string(),
-            nonce(),
-            self.retention_ms(),
-        ];
+        let (keys, args) = self.renew_request(name, lease, ttl, nonce())?;
         let sent = tokio::time::Instant::now();
-        let reply = self.eval_retrying(&RENEW, &keys.both(), &args).await?;
-        let items = array(&reply, &RENEW)?;
-        match items.first().and_then(Reply::as_int) {
-            Some(1) => Ok(Renew::Renewed(
-                lease_at(items, 1, &RENEW)?.with_deadline(deadline(sent, ttl)),
-            )),
-            Some(0) => Ok(Renew::HeldByOther),
-            Some(-1) => Ok(Renew::NotHeld),
-            _ => Err(unexpected(&RENEW, &reply)),
-        }
+        let reply = self.eval_retrying(&RENEW, &keys, &args).await?;
+        decode_renew(&reply, sent, ttl)
     }
 
     /// Read the lock's state in one atomic snapshot: holder, remaining time, last fence.

@@ -38,9 +38,9 @@
 //!   lower tokens; that is what makes a paused holder harmless.
 //! - Expiry is judged by the server's clock only; client clocks never decide anything.
 //! - A single Redis master with asynchronous replication can lose a lock on failover;
-//!   [`ReplicatedLock`] makes acquisitions wait for replicas. Scale-out modes (Redis Cluster via
-//!   [`ClusterStore`], replica acknowledgements, [`Redlock`] over independent masters) are
-//!   compared in `docs/scaling-out.md`.
+//!   [`ReplicatedLock`] makes acquisitions, renewals and releases wait for replicas. Scale-out
+//!   modes (Redis Cluster via [`ClusterStore`], replica acknowledgements, [`Redlock`] over
+//!   independent masters) are compared in `docs/scaling-out.md`.
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -74,7 +74,9 @@ pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};
 pub use crate::redlock::{Redlock, RedlockLease, RedlockOptions};
 pub use crate::reentrant::{OwnedReentrantGuard, Owner, ReentrantGuard, ReentrantLock};
-pub use crate::replicated::{ReplicatedAcquire, ReplicatedLock};
+pub use crate::replicated::{
+    ReplicatedAcquire, ReplicatedGuard, ReplicatedLock, ReplicatedRelease, ReplicatedRenew,
+};
 pub use crate::script::{Reply, Script};
-pub use crate::store::{ClusterStore, MemoryStore, RedisStore, Store, Ttl};
+pub use crate::store::{ClusterStore, MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
 pub use crate::wait::WaitStrategy;

@@ -1,5 +1,5 @@
-//! Replica-acknowledged acquisition: an [`ExpireLock`] whose grants count only once enough
-//! replicas have them.
+//! Replica-acknowledged locks: an [`ExpireLock`] whose grants, renewals and releases count only
+//! once enough replicas have them.
 //!
 //! Redis replicates asynchronously. A lock granted by a master that dies before its replica
 //! received the write is simply gone after the replica is promoted, and a second client then gets
@@ -10,38 +10,69 @@
 //! the grant is rolled back (compare-and-delete with the new lease) and reported as
 //! [`ReplicatedAcquire::NotAcknowledged`].
 //!
-//! Works on [`RedisStore`](crate::RedisStore) (master with replicas) and
-//! [`ClusterStore`](crate::ClusterStore) (the replicas of the key's master); the embedded store
-//! has no replicas and answers [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
+//! [`ReplicatedLock::renew`] and [`ReplicatedLock::release`] send the renew and unlock scripts
+//! the same way. A renewal the master applied but too few replicas acknowledged is reported as
+//! [`ReplicatedRenew::NotAcknowledged`]: it is not undone, and the replicas may still hold the
+//! old expiry. A release likewise reports [`ReplicatedRelease::NotAcknowledged`].
+//!
+//! [`ReplicatedLock::try_lock`] wraps an acknowledged acquisition in a [`ReplicatedGuard`]: its
+//! watchdog renews at a third of the lease, with acknowledged renewals, and the guard counts as
+//! held only while the last *acknowledged* renewal is still valid; it releases (acknowledged) on
+//! [`ReplicatedGuard::release`] and, best effort, on drop.
+//!
+//! Needs a [`ReplicaStore`]: [`RedisStore`](crate::RedisStore) (master with replicas) and
+//! [`ClusterStore`](crate::ClusterStore) (the replicas of the key's master). The embedded store
+//! has no replicas and does not implement it, so `ReplicatedLock<MemoryStore>` does not compile.
 //!
 //! # Key layout
 //!
 //! Exactly the [`ExpireLock`]'s (`<prefix>{name}`, `<prefix>{name}:fence`): a replicated lock and
-//! a plain one on the same name exclude each other; release, renew and inspect go through
-//! [`ReplicatedLock::locks`].
+//! a plain one on the same name exclude each other; inspection and unacknowledged operations go
+//! through [`ReplicatedLock::locks`].
 //!
 //! # Guarantees
 //!
 //! - An [`Acquired`](ReplicatedAcquire::Acquired) lease was on at least `n` replicas when the
 //!   reply came back: a failover to one of those replicas keeps it.
+//! - A [`Renewed`](ReplicatedRenew::Renewed) lease's new expiry was on at least `n` replicas: a
+//!   failover to one of them keeps the lock until that expiry.
+//! - A [`Released`](ReplicatedRelease::Released) release had reached at least `n` replicas: after
+//!   a failover to one of them the lock is free.
+//! - A [`ReplicatedGuard`] that is not [lost](ReplicatedGuard::is_lost) holds a lease that at
+//!   least `n` replicas acknowledged with an expiry still ahead (its
+//!   [`lease().deadline()`](crate::Lease::deadline)).
 //!
 //! # Not guaranteed
 //!
 //! - `WAIT` "does not make Redis a strongly consistent store": a failover may still promote a
 //!   replica that had not acknowledged (Redis Sentinel and Cluster pick the most up-to-date one
 //!   they can see, best effort). Use `n` = all replicas for the strongest form.
-//! - Renewals and releases are not acknowledged by replicas: after a failover a renewed lease may
-//!   end at its pre-renewal expiry on the new master. Keep the watchdog's margin.
+//! - An unacknowledged renewal is not rolled back: the master has the new lease and expiry, the
+//!   replicas may have the old ones. After a failover to such a replica the lock ends at the old
+//!   expiry, and the renewed lease (the one the caller now holds) does not match there: renewing
+//!   or releasing with it reports [`HeldByOther`](ReplicatedRenew::HeldByOther) (a guard then
+//!   reports itself lost).
+//! - An unacknowledged release leaves the lock held on replicas that missed it: after a failover
+//!   to one of them nobody can take the lock until the released lease's expiry.
 //! - A refused acquisition may still be visible for a moment (until the rollback lands), and
 //!   when the rollback itself fails the grant stays until its TTL ends; nobody holds its lease.
+//! - `WAIT` blocks its connection: the replicated calls of one store handle (guards' watchdogs
+//!   included) queue behind each other, each for up to the wait's timeout while replicas lag.
 
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::expire_lock::{Acquire, ExpireLock, Unlock, decode_acquire};
+use crate::expire_lock::{
+    Acquire, ExpireLock, Renew, Unlock, decode_acquire, decode_renew, decode_unlock,
+};
 use crate::lease::{Lease, nonce};
-use crate::scripts::EXPIRE_LOCK;
-use crate::store::{Acks, Store, WaitFor};
+use crate::script::{Reply, Script};
+use crate::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW};
+use crate::store::{Acks, ReplicaStore, WaitFor};
+
+mod guard;
+
+pub use self::guard::ReplicatedGuard;
 
 /// The outcome of [`ReplicatedLock::acquire`].
 #[must_use = "an acquired lease is the only way to unlock the lock"]
@@ -89,26 +120,116 @@ impl ReplicatedAcquire {
     }
 }
 
-/// Expire locks whose acquisitions wait for replicas. See the [module docs](self).
+/// The outcome of [`ReplicatedLock::renew`].
+#[must_use = "a renewal rotates the lease: the old one no longer matches on the master"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicatedRenew {
+    /// Renewed, and at least the required number of replicas acknowledged the new expiry.
+    Renewed {
+        /// The new lease (same fence, new expiry, new nonce).
+        lease: Lease,
+        /// The acknowledgements counted.
+        acks: Acks,
+    },
+    /// The master renewed the lease, but too few replicas acknowledged it within the timeout.
+    ///
+    /// Not undone: `lease` is in effect on the master (the old one no longer matches there) and
+    /// is the one to renew or release with next. The replicas may still hold the old lease and
+    /// its old expiry, so until a renewal is acknowledged, count on the *old* lease's
+    /// [`deadline`](Lease::deadline) only.
+    NotAcknowledged {
+        /// The new lease, in effect on the master.
+        lease: Lease,
+        /// The acknowledgements counted.
+        acks: Acks,
+        /// How many were required.
+        required: usize,
+    },
+    /// No lease is held: ours expired. Nothing was written.
+    NotHeld,
+    /// Another lease holds the lock: ours expired and someone else took it (or, after a failover,
+    /// the new master has an older lease of ours). Nothing was written.
+    HeldByOther,
+}
+
+impl ReplicatedRenew {
+    /// The lease now in effect on the master, whether or not replicas acknowledged it.
+    pub fn lease(self) -> Option<Lease> {
+        match self {
+            ReplicatedRenew::Renewed { lease, .. }
+            | ReplicatedRenew::NotAcknowledged { lease, .. } => Some(lease),
+            ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther => None,
+        }
+    }
+
+    /// Whether renewed and acknowledged by the required replicas.
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(self, ReplicatedRenew::Renewed { .. })
+    }
+}
+
+/// The outcome of [`ReplicatedLock::release`] and [`ReplicatedGuard::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicatedRelease {
+    /// Our lease was deleted, and at least the required number of replicas acknowledged it.
+    Released {
+        /// The acknowledgements counted.
+        acks: Acks,
+    },
+    /// Our lease was deleted on the master, but too few replicas acknowledged that within the
+    /// timeout: after a failover to one of them the lock stays held (by a lease nobody uses)
+    /// until its expiry.
+    NotAcknowledged {
+        /// The acknowledgements counted.
+        acks: Acks,
+        /// How many were required.
+        required: usize,
+    },
+    /// No lease is held (it expired, was released already, or never existed).
+    NotHeld,
+    /// Another lease holds the lock; nothing was deleted.
+    HeldByOther,
+}
+
+impl ReplicatedRelease {
+    /// The outcome on the master, acknowledged or not.
+    pub fn unlock(self) -> Unlock {
+        match self {
+            ReplicatedRelease::Released { .. } | ReplicatedRelease::NotAcknowledged { .. } => {
+                Unlock::Released
+            }
+            ReplicatedRelease::NotHeld => Unlock::NotHeld,
+            ReplicatedRelease::HeldByOther => Unlock::HeldByOther,
+        }
+    }
+
+    /// Whether released and acknowledged by the required replicas.
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(self, ReplicatedRelease::Released { .. })
+    }
+}
+
+/// Expire locks whose acquisitions, renewals and releases wait for replicas. See the
+/// [module docs](self).
 #[derive(Debug, Clone)]
-pub struct ReplicatedLock<S> {
+pub struct ReplicatedLock<S: ReplicaStore> {
     locks: ExpireLock<S>,
     wait: WaitFor,
 }
 
-impl<S: Store> ReplicatedLock<S> {
-    /// Acquisitions through `locks` that require `wait` (e.g.
+impl<S: ReplicaStore> ReplicatedLock<S> {
+    /// Acquisitions, renewals and releases through `locks` that require `wait` (e.g.
     /// `WaitFor::replicas(1, Duration::from_millis(200))`).
     pub fn new(locks: ExpireLock<S>, wait: WaitFor) -> Self {
         ReplicatedLock { locks, wait }
     }
 
-    /// The underlying expire locks: release, renew, inspect.
+    /// The underlying expire locks: inspection, and operations that need no acknowledgement.
     pub fn locks(&self) -> &ExpireLock<S> {
         &self.locks
     }
 
-    /// What each acquisition waits for.
+    /// What each acquisition, renewal and release waits for.
     pub fn wait_for(&self) -> WaitFor {
         self.wait
     }
@@ -121,8 +242,7 @@ impl<S: Store> ReplicatedLock<S> {
     ///
     /// # Errors
     ///
-    /// As [`ExpireLock::expire_lock`]; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput)
-    /// on a store without replicas; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when no
+    /// As [`ExpireLock::expire_lock`]; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when no
     /// reply came within the wait's timeout plus two seconds (the grant may exist; its TTL frees
     /// it).
     ///
@@ -132,35 +252,266 @@ impl<S: Store> ReplicatedLock<S> {
     /// its TTL.
     pub async fn acquire(&self, name: &str, ttl: Duration) -> Result<ReplicatedAcquire> {
         let (keys, args) = self.locks.acquire_request(name, ttl, nonce())?;
-        let store = self.locks.store();
         let sent = tokio::time::Instant::now();
-        // Safe to repeat once after a dropped connection: the nonce makes the script idempotent.
-        let (reply, acks) = match store.eval_wait(&EXPIRE_LOCK, &keys, &args, self.wait).await {
-            Err(e) if e.is_connection() => {
-                store
-                    .eval_wait(&EXPIRE_LOCK, &keys, &args, self.wait)
-                    .await?
-            }
-            other => other?,
-        };
-        match decode_acquire(&reply, sent, ttl)? {
+        let (reply, acks, repeated) = self
+            .eval_acked(&EXPIRE_LOCK, &keys, &args, self.wait, true)
+            .await?;
+        let (lease, acks) = match decode_acquire(&reply, sent, ttl)? {
             Acquire::Held { holder, remaining } => {
-                Ok(ReplicatedAcquire::Held { holder, remaining })
+                return Ok(ReplicatedAcquire::Held { holder, remaining });
             }
-            Acquire::Acquired(lease) if acks.replicas >= self.wait.replicas => {
-                Ok(ReplicatedAcquire::Acquired { lease, acks })
+            // The repeat may have found the lost attempt's grant in place and written nothing,
+            // so its WAIT proves nothing about the grant: an acknowledged renewal of it does.
+            Acquire::Acquired(lease) if repeated => {
+                match self.renew_waiting(name, &lease, ttl, self.wait).await? {
+                    ReplicatedRenew::Renewed { lease, acks } => {
+                        return Ok(ReplicatedAcquire::Acquired { lease, acks });
+                    }
+                    ReplicatedRenew::NotAcknowledged { lease, acks, .. } => (lease, acks),
+                    // The grant is already gone (force-unlocked, or expired meanwhile): not
+                    // held, nothing left to roll back.
+                    ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther => {
+                        return Ok(ReplicatedAcquire::NotAcknowledged {
+                            acks: Acks { replicas: 0 },
+                            required: self.wait.replicas,
+                            rolled_back: true,
+                        });
+                    }
+                }
             }
-            Acquire::Acquired(lease) => {
-                let rolled_back = matches!(
-                    self.locks.expire_unlock(name, &lease).await,
-                    Ok(Unlock::Released)
-                );
-                Ok(ReplicatedAcquire::NotAcknowledged {
-                    acks,
-                    required: self.wait.replicas,
-                    rolled_back,
-                })
+            Acquire::Acquired(lease) => (lease, acks),
+        };
+        if acks.replicas >= self.wait.replicas {
+            return Ok(ReplicatedAcquire::Acquired { lease, acks });
+        }
+        let rolled_back = matches!(
+            self.locks.expire_unlock(name, &lease).await,
+            Ok(Unlock::Released)
+        );
+        Ok(ReplicatedAcquire::NotAcknowledged {
+            acks,
+            required: self.wait.replicas,
+            rolled_back,
+        })
+    }
+
+    /// Extend a held lease to `ttl` from now (server time) and wait for
+    /// [`wait_for`](Self::wait_for) to acknowledge the new expiry.
+    ///
+    /// One round trip (the renew script + `WAIT` pipelined); it takes up to the wait's timeout
+    /// when replicas lag. The lease rotates as with [`ExpireLock::renew`]: use the returned one
+    /// from now on, also when the renewal was
+    /// [not acknowledged](ReplicatedRenew::NotAcknowledged) (the master has it; the replicas
+    /// may still have the old lease and expiry, so rely on the old lease's deadline until a
+    /// renewal is acknowledged).
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpireLock::renew`]; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when no reply
+    /// came within the wait's timeout plus two seconds (the renewal may have been applied).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`ExpireLock::renew`]: if the future is dropped after sending, the lock may hold a
+    /// lease the caller never saw; the old lease then no longer matches and the lock frees
+    /// itself after `ttl`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tairlock::store::WaitFor;
+    /// use tairlock::{ExpireLock, RedisStore, ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let locks = ReplicatedLock::new(
+    ///     ExpireLock::new(store),
+    ///     WaitFor::replicas(1, Duration::from_millis(200)),
+    /// );
+    /// let ttl = Duration::from_secs(10);
+    /// let Some(lease) = locks.acquire("job", ttl).await?.lease() else {
+    ///     return Ok(()); // busy, or refused by the replicas
+    /// };
+    /// // ... later, still working:
+    /// let lease = match locks.renew("job", &lease, ttl).await? {
+    ///     ReplicatedRenew::Renewed { lease, .. } => lease,
+    ///     ReplicatedRenew::NotAcknowledged { lease: current, .. } => {
+    ///         // The master has the new expiry, the replicas may not: only the old lease's
+    ///         // deadline counts. Stop by then unless a later renewal is acknowledged.
+    ///         let _stop_by = lease.deadline();
+    ///         current
+    ///     }
+    ///     ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther => return Ok(()), // lost
+    /// };
+    /// match locks.release("job", &lease).await? {
+    ///     ReplicatedRelease::Released { acks } => println!("free on {} replicas", acks.replicas),
+    ///     other => println!("released: {other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<ReplicatedRenew> {
+        self.renew_waiting(name, lease, ttl, self.wait).await
+    }
+
+    /// Delete the lock `name` only if it holds exactly `lease`, and wait for
+    /// [`wait_for`](Self::wait_for) to acknowledge the deletion.
+    ///
+    /// One round trip (the unlock script + `WAIT` pipelined), announcing the release to waiters
+    /// exactly as [`ExpireLock::expire_unlock`] does. A release that was
+    /// [not acknowledged](ReplicatedRelease::NotAcknowledged) is not undone: the master has
+    /// freed the lock; replicas that missed it keep it until the lease's expiry.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpireLock::expire_unlock`]; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when
+    /// no reply came within the wait's timeout plus two seconds (the lock may have been
+    /// released).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may or may not release the lock; the TTL frees it in any case.
+    ///
+    /// # Examples
+    ///
+    /// See [`renew`](Self::renew).
+    pub async fn release(&self, name: &str, lease: &Lease) -> Result<ReplicatedRelease> {
+        let (keys, args) = self.locks.unlock_request(name, lease)?;
+        // A repeat that deletes made the deletion itself, so its WAIT counts it; one that finds
+        // the lease gone (the lost attempt deleted it) reports `NotHeld`, which claims no acks.
+        let (reply, acks, _) = self
+            .eval_acked(&EXPIRE_UNLOCK, &keys, &args, self.wait, true)
+            .await?;
+        Ok(match decode_unlock(&reply)? {
+            Unlock::Released if acks.replicas >= self.wait.replicas => {
+                ReplicatedRelease::Released { acks }
             }
+            Unlock::Released => ReplicatedRelease::NotAcknowledged {
+                acks,
+                required: self.wait.replicas,
+            },
+            Unlock::NotHeld => ReplicatedRelease::NotHeld,
+            Unlock::HeldByOther => ReplicatedRelease::HeldByOther,
+        })
+    }
+
+    /// [`acquire`](Self::acquire), and wrap an acknowledged lease in a [`ReplicatedGuard`] whose
+    /// watchdog keeps it with acknowledged renewals every `ttl / 3`; any other outcome
+    /// ([`Held`](ReplicatedAcquire::Held), [`NotAcknowledged`](ReplicatedAcquire::NotAcknowledged))
+    /// comes back as `Err`.
+    ///
+    /// Choose the wait's timeout well under `ttl / 3`, so a lagging replica delays a renewal
+    /// without eating the lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire): a dropped call may leave a grant nobody holds (no guard,
+    /// no watchdog), freed by its TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tairlock::store::WaitFor;
+    /// use tairlock::{ExpireLock, RedisStore, ReplicatedLock};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let locks = ReplicatedLock::new(
+    ///     ExpireLock::new(store),
+    ///     WaitFor::replicas(1, Duration::from_millis(200)),
+    /// );
+    /// match locks.try_lock("job", Duration::from_secs(30)).await? {
+    ///     Ok(guard) => {
+    ///         tokio::select! {
+    ///             () = guard.lost() => eprintln!("replicas stopped acknowledging: stop writing"),
+    ///             () = async { /* the critical section, passing guard.fence() along */ } => {}
+    ///         }
+    ///         guard.release().await?;
+    ///     }
+    ///     Err(refused) => println!("not taken: {refused:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<std::result::Result<ReplicatedGuard<S>, ReplicatedAcquire>> {
+        Ok(match self.acquire(name, ttl).await? {
+            ReplicatedAcquire::Acquired { lease, .. } => {
+                Ok(ReplicatedGuard::new(self.clone(), name, lease, ttl))
+            }
+            refused => Err(refused),
+        })
+    }
+
+    /// [`renew`](Self::renew) with its own wait (the guard's watchdog bounds the `WAIT` by the
+    /// validity left).
+    async fn renew_waiting(
+        &self,
+        name: &str,
+        lease: &Lease,
+        ttl: Duration,
+        wait: WaitFor,
+    ) -> Result<ReplicatedRenew> {
+        let mut lease = lease.clone();
+        let mut retry = true;
+        loop {
+            let (keys, args) = self.locks.renew_request(name, &lease, ttl, nonce())?;
+            let sent = tokio::time::Instant::now();
+            let (reply, acks, repeated) =
+                self.eval_acked(&RENEW, &keys, &args, wait, retry).await?;
+            match decode_renew(&reply, sent, ttl)? {
+                // The repeat may have found the lost attempt's renewal in place and written
+                // nothing, so its WAIT proves nothing: renew once more (a write of this
+                // connection's own, not repeated) and count that.
+                Renew::Renewed(renewed) if repeated => {
+                    lease = renewed;
+                    retry = false;
+                }
+                Renew::Renewed(lease) if acks.replicas >= wait.replicas => {
+                    return Ok(ReplicatedRenew::Renewed { lease, acks });
+                }
+                Renew::Renewed(lease) => {
+                    return Ok(ReplicatedRenew::NotAcknowledged {
+                        lease,
+                        acks,
+                        required: wait.replicas,
+                    });
+                }
+                Renew::NotHeld => return Ok(ReplicatedRenew::NotHeld),
+                Renew::HeldByOther => return Ok(ReplicatedRenew::HeldByOther),
+            }
+        }
+    }
+
+    /// One script + `WAIT`; with `retry`, once more after a dropped connection (every expire
+    /// script is safe to repeat). The flag says the reply came from the repeat, whose `WAIT`
+    /// runs on a new connection and may not count the lost attempt's write.
+    async fn eval_acked(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+        wait: WaitFor,
+        retry: bool,
+    ) -> Result<(Reply, Acks, bool)> {
+        let store = self.locks.store();
+        match store.eval_wait(script, keys, args, wait).await {
+            Err(e) if retry && e.is_connection() => {
+                let (reply, acks) = store.eval_wait(script, keys, args, wait).await?;
+                Ok((reply, acks, true))
+            }
+            other => other.map(|(reply, acks)| (reply, acks, false)),
         }
     }
 }

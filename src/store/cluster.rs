@@ -249,27 +249,6 @@ impl Store for ClusterStore {
         Ok(Reply::from(value))
     }
 
-    async fn eval_wait(
-        &self,
-        script: &'static Script,
-        keys: &[String],
-        args: &[String],
-        wait: super::WaitFor,
-    ) -> Result<(Reply, super::Acks)> {
-        crate::keys::check_one_slot(keys)?;
-        if keys.is_empty() {
-            return Err(Error::invalid(
-                "eval_wait needs a key: it routes the pipeline to that key's master",
-            ));
-        }
-        // One pipeline, routed as a whole to the master of its first keyed command: the script
-        // and the WAIT that follows it run on the same node connection, so WAIT counts the
-        // replicas that have the script's writes.
-        let pipe = super::wait_pipeline(script, keys, args, &wait);
-        let mut con = self.blocking_con.clone();
-        super::run_wait_pipeline(&mut con, pipe, &wait).await
-    }
-
     fn pubsub(&self) -> PubSub {
         self.pubsub
     }
@@ -304,6 +283,29 @@ impl Store for ClusterStore {
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         Some(self.runtime.clone())
+    }
+}
+
+impl super::ReplicaStore for ClusterStore {
+    async fn eval_wait(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+        wait: super::WaitFor,
+    ) -> Result<(Reply, super::Acks)> {
+        crate::keys::check_one_slot(keys)?;
+        if keys.is_empty() {
+            return Err(Error::invalid(
+                "eval_wait needs a key: it routes the pipeline to that key's master",
+            ));
+        }
+        // One pipeline, routed as a whole to the master of its first keyed command: the script
+        // and the WAIT that follows it run on the same node connection, so WAIT counts the
+        // replicas that have the script's writes.
+        let pipe = super::wait_pipeline(script, keys, args, &wait);
+        let mut con = self.blocking_con.clone();
+        super::run_wait_pipeline(&mut con, pipe, &wait).await
     }
 }
 

@@ -12,6 +12,10 @@
 //!
 //! Both obey the same contract, proven by the conformance suite (`tests/store_contract.rs`) and
 //! the differential test (`tests/store_differential.rs`).
+//!
+//! The Redis stores also implement [`ReplicaStore`] (a script and `WAIT` in one pipeline), the
+//! optional capability replica-acknowledged locks need; the embedded store has no replicas and
+//! does not.
 
 use std::future::Future;
 use std::time::Duration;
@@ -28,7 +32,7 @@ pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
 
-/// What [`Store::eval_wait`] waits for after the script.
+/// What [`ReplicaStore::eval_wait`] waits for after the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WaitFor {
@@ -61,6 +65,39 @@ impl WaitFor {
     fn timeout_ms(&self) -> u64 {
         (self.timeout.as_millis() as u64).max(1)
     }
+}
+
+/// A [`Store`] whose masters have replicas that can acknowledge writes: the capability
+/// [`ReplicatedLock`](crate::ReplicatedLock) needs.
+///
+/// An extension trait rather than a method that fails at run time: the embedded
+/// [`MemoryStore`] has no replicas and does not implement it, so a `ReplicatedLock<MemoryStore>`
+/// does not compile. [`RedisStore`] and [`ClusterStore`] implement it.
+pub trait ReplicaStore: Store {
+    /// Run `script` and then wait for replicas to acknowledge its writes, in one pipeline on
+    /// the connection to the master of `keys` (so `WAIT` counts this script's writes, and any
+    /// earlier ones of that connection).
+    ///
+    /// Repeating a call after a dropped connection needs care: a repeated lock script that
+    /// finds its own earlier write in place writes nothing, and the `WAIT` on the new
+    /// connection then counts none of that write.
+    ///
+    /// # Errors
+    ///
+    /// A reply later than the wait's timeout plus two seconds is
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) (the script may have run); a dropped
+    /// connection is [`ErrorKind::Connection`](crate::ErrorKind::Connection) (likewise).
+    ///
+    /// # Cancel safety
+    ///
+    /// The script may or may not have run when the future is dropped.
+    fn eval_wait(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+        wait: WaitFor,
+    ) -> impl Future<Output = Result<(Reply, Acks)>> + Send;
 }
 
 /// How many replicas acknowledged, as `WAIT`/`WAITAOF` counted them.
@@ -206,31 +243,6 @@ pub trait Store: Clone + Send + Sync + 'static {
         keys: &[String],
         args: &[String],
     ) -> impl Future<Output = Result<Reply>> + Send;
-
-    /// Run `script` and then wait for replicas to acknowledge its writes, in one pipeline on
-    /// the connection to the master of `keys` (so `WAIT` counts exactly this script's writes).
-    ///
-    /// # Errors
-    ///
-    /// The stores without replicas (the embedded one) answer
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput); a reply later than the wait's
-    /// timeout plus two seconds is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) (the script
-    /// may have run).
-    fn eval_wait(
-        &self,
-        script: &'static Script,
-        keys: &[String],
-        args: &[String],
-        wait: WaitFor,
-    ) -> impl Future<Output = Result<(Reply, Acks)>> + Send {
-        let _ = (script, keys, args, wait);
-        async {
-            Err(crate::Error::new(
-                crate::ErrorKind::InvalidInput,
-                "this store has no replicas to wait for",
-            ))
-        }
-    }
 
     /// How releases on this store are announced and heard: the releasing scripts announce
     /// with [`PubSub::publish_command`](crate::notify::PubSub::publish_command) of this, and

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::{Store, Ttl};
+use super::{ReplicaStore, Store, Ttl};
 use crate::error::{Error, Result};
 use crate::script::{Reply, Script};
 
@@ -223,6 +223,22 @@ impl Store for RedisStore {
         Ok(Reply::from(value))
     }
 
+    async fn notifier(&self) -> Option<crate::notify::Notifier> {
+        // One pub/sub connection per store handle (and its clones), made on first use. While it
+        // cannot be made, waiters poll, bounded by the holder's remaining time.
+        self.notifier
+            .get_or_try_init(|| crate::notify::Notifier::redis(self.client.clone()))
+            .await
+            .ok()
+            .cloned()
+    }
+
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        Some(self.runtime.clone())
+    }
+}
+
+impl ReplicaStore for RedisStore {
     async fn eval_wait(
         &self,
         script: &'static Script,
@@ -241,20 +257,6 @@ impl Store for RedisStore {
             .await?;
         let pipe = super::wait_pipeline(script, keys, args, &wait);
         super::run_wait_pipeline(&mut con.clone(), pipe, &wait).await
-    }
-
-    async fn notifier(&self) -> Option<crate::notify::Notifier> {
-        // One pub/sub connection per store handle (and its clones), made on first use. While it
-        // cannot be made, waiters poll, bounded by the holder's remaining time.
-        self.notifier
-            .get_or_try_init(|| crate::notify::Notifier::redis(self.client.clone()))
-            .await
-            .ok()
-            .cloned()
-    }
-
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        Some(self.runtime.clone())
     }
 }
 

@@ -1,0 +1,287 @@
+//! The guard of a replica-acknowledged lock, and its watchdog.
+//!
+//! Separate from [`LockGuard`](crate::LockGuard) because validity is judged differently: a
+//! `LockGuard`'s lease is valid until the deadline of its last renewal, a replicated guard's
+//! until the deadline of its last *acknowledged* renewal. A renewal the master applied but the
+//! replicas did not acknowledge moves the lease (the master has a new value) without moving that
+//! deadline.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::{ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
+use crate::error::Result;
+use crate::lease::Lease;
+use crate::store::ReplicaStore;
+
+struct Shared<S: ReplicaStore> {
+    lock: ReplicatedLock<S>,
+    name: String,
+    ttl: Duration,
+    /// The lease in effect on the master. Its deadline is the end of the last *acknowledged*
+    /// validity: an unacknowledged renewal replaces the value and keeps the deadline.
+    lease: Mutex<Lease>,
+    lost: watch::Sender<bool>,
+    /// Held by the watchdog while a renewal is in flight, so a release never races it with a
+    /// lease that is about to rotate.
+    renewing: tokio::sync::Mutex<()>,
+    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl<S: ReplicaStore> Shared<S> {
+    fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    fn current(&self) -> Lease {
+        self.lease.lock().clone()
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.lease
+            .lock()
+            .deadline()
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+    }
+
+    async fn stop_watchdog(&self) {
+        let _in_flight = self.renewing.lock().await;
+        if let Some(handle) = self.watchdog.lock().take() {
+            handle.abort();
+        }
+    }
+
+    async fn release(&self) -> Result<ReplicatedRelease> {
+        self.stop_watchdog().await;
+        let lease = self.current();
+        let outcome = self.lock.release(&self.name, &lease).await;
+        self.mark_lost();
+        outcome
+    }
+}
+
+/// How long to wait before trying again after a renewal that did not count: a quarter of the
+/// acknowledged validity left, at least 5 ms, at most the renewal interval.
+fn retry_pause(current: &Lease, interval: Duration) -> Duration {
+    let left = current.remaining().unwrap_or(Duration::ZERO);
+    (left / 4).clamp(Duration::from_millis(5).min(interval), interval)
+}
+
+async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
+    let interval = shared.ttl / 3;
+    let mut wait = interval;
+    loop {
+        tokio::time::sleep(wait).await;
+        let _in_flight = shared.renewing.lock().await;
+        let current = shared.current();
+        let left = current.remaining().unwrap_or(Duration::ZERO);
+        if left.is_zero() {
+            shared.mark_lost();
+            return;
+        }
+        // An acknowledgement that arrives after the acknowledged validity has ended comes too
+        // late to keep the guard: wait for replicas no longer than that.
+        let mut wait_for = shared.lock.wait_for();
+        wait_for.timeout = wait_for.timeout.min(left);
+        let renewed = shared
+            .lock
+            .renew_waiting(&shared.name, &current, shared.ttl, wait_for)
+            .await;
+        match renewed {
+            Ok(ReplicatedRenew::Renewed { lease, .. }) => {
+                // Acknowledged, but after the old deadline: the guard has been (or could have
+                // been) reported lost meanwhile, and "once lost, stays lost". Adopt the lease
+                // anyway so a release deletes it at once, but stop renewing.
+                let late = shared.past_deadline();
+                *shared.lease.lock() = lease;
+                if late {
+                    shared.mark_lost();
+                    return;
+                }
+                wait = interval;
+            }
+            Ok(ReplicatedRenew::NotAcknowledged { lease, .. }) => {
+                // The master has the new lease, the replicas may still have the old expiry:
+                // take the new value (the old one no longer matches on the master), keep the
+                // acknowledged deadline, and try again before it passes.
+                *shared.lease.lock() = match current.deadline() {
+                    Some(deadline) => lease.with_deadline(deadline),
+                    None => lease,
+                };
+                if shared.past_deadline() {
+                    shared.mark_lost();
+                    return;
+                }
+                wait = retry_pause(&current, interval);
+            }
+            Ok(ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther) => {
+                shared.mark_lost();
+                return;
+            }
+            Err(_) => {
+                if shared.past_deadline() {
+                    shared.mark_lost();
+                    return;
+                }
+                wait = retry_pause(&current, interval);
+            }
+        }
+    }
+}
+
+/// A held replica-acknowledged lock, from [`ReplicatedLock::try_lock`]. See the
+/// [module docs](super).
+///
+/// A watchdog renews the lease every third of its length with acknowledged renewals
+/// ([`ReplicatedLock::renew`]). The guard counts as held only while the last acknowledged
+/// renewal is valid ([`lease().deadline()`](Lease::deadline)); it is **lost** when a renewal
+/// finds the lease gone, or when no renewal was acknowledged by the required replicas before
+/// that validity ended — even though the lock key may still exist on the master, renewed there
+/// without the replicas. Once lost, it stays lost and the watchdog stops.
+///
+/// Release it with [`release`](Self::release) to learn whether the release reached the
+/// replicas. Dropping it releases in the background (it never blocks); if that cannot be done,
+/// the lease's TTL frees the lock.
+///
+/// # Examples
+///
+/// See [`ReplicatedLock::try_lock`].
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct ReplicatedGuard<S: ReplicaStore> {
+    shared: Arc<Shared<S>>,
+    armed: bool,
+}
+
+impl<S: ReplicaStore> fmt::Debug for ReplicatedGuard<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicatedGuard")
+            .field("name", &self.shared.name)
+            .field("lease", &self.shared.current())
+            .field("wait_for", &self.shared.lock.wait_for())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+impl<S: ReplicaStore> ReplicatedGuard<S> {
+    /// Wrap an acknowledged lease and start its watchdog (renewing to `ttl` every `ttl / 3`).
+    pub(super) fn new(lock: ReplicatedLock<S>, name: &str, lease: Lease, ttl: Duration) -> Self {
+        let shared = Arc::new(Shared {
+            lock,
+            name: name.to_owned(),
+            ttl,
+            lease: Mutex::new(lease),
+            lost: watch::channel(false).0,
+            renewing: tokio::sync::Mutex::new(()),
+            watchdog: Mutex::new(None),
+        });
+        let handle = crate::blocking::spawn_handle(shared.lock.locks().store().runtime())
+            .spawn(watchdog(shared.clone()))
+            .abort_handle();
+        *shared.watchdog.lock() = Some(handle);
+        ReplicatedGuard {
+            shared,
+            armed: true,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The lease in effect on the master (it rotates with every renewal, acknowledged or not).
+    /// Its [`deadline`](Lease::deadline) is the end of the last *acknowledged* validity.
+    pub fn lease(&self) -> Lease {
+        self.shared.current()
+    }
+
+    /// The fencing token of this holding: pass it with every write to the protected resource.
+    pub fn fence(&self) -> u64 {
+        self.shared.current().fence()
+    }
+
+    /// Whether the guard is lost: a renewal found the lease gone, or no renewal was
+    /// acknowledged by the required replicas before the acknowledged validity ended. Once true,
+    /// stays true.
+    pub fn is_lost(&self) -> bool {
+        *self.shared.lost.borrow() || self.shared.past_deadline()
+    }
+
+    /// Resolves when the guard is lost (see [`is_lost`](Self::is_lost)): at the latest when the
+    /// acknowledged validity ends, whatever the watchdog is doing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it changes nothing.
+    pub async fn lost(&self) {
+        let mut rx = self.shared.lost.subscribe();
+        loop {
+            if *rx.borrow_and_update() {
+                return;
+            }
+            match self.shared.current().deadline() {
+                Some(deadline) => {
+                    tokio::select! {
+                        changed = rx.changed() => if changed.is_err() { return },
+                        () = tokio::time::sleep_until(deadline) => {
+                            // An acknowledged renewal may have moved the deadline meanwhile.
+                            if self.shared.past_deadline() {
+                                self.shared.mark_lost();
+                                return;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stop the watchdog, release the lock, and wait for the replicas to acknowledge the
+    /// release ([`ReplicatedLock::release`]).
+    ///
+    /// Returns [`ReplicatedRelease::Released`] when the required replicas acknowledged it,
+    /// [`ReplicatedRelease::NotAcknowledged`] when only the master is known to have freed the
+    /// lock, and [`NotHeld`](ReplicatedRelease::NotHeld)/[`HeldByOther`](ReplicatedRelease::HeldByOther)
+    /// when the lease had been lost. Waits for a renewal in flight first (up to the wait's
+    /// timeout), so the lease released is the current one.
+    ///
+    /// # Errors
+    ///
+    /// As [`ReplicatedLock::release`]; the TTL frees the lock then.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped midway the lock may stay held until its TTL (at most one renewal interval
+    /// plus the lease, since the watchdog is stopped first).
+    pub async fn release(mut self) -> Result<ReplicatedRelease> {
+        self.armed = false;
+        self.shared.release().await
+    }
+}
+
+impl<S: ReplicaStore> Drop for ReplicatedGuard<S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Release in the background: stop the watchdog (after any renewal in flight, so the
+        // lease released is the current one), then compare-and-delete and wait for replicas.
+        let shared = self.shared.clone();
+        crate::blocking::spawn_handle(self.shared.lock.locks().store().runtime()).spawn(
+            async move {
+                let _ = shared.release().await;
+            },
+        );
+    }
+}

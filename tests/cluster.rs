@@ -463,17 +463,6 @@ async fn await_subscribers(
     }
 }
 
-/// `calls` of `cmdstat_<command>` in node `node`'s `INFO commandstats` (0 when never called).
-fn calls(cluster: &RedisCluster, node: usize, command: &str) -> u64 {
-    let stats = cluster.nodes[node].cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 /// Hold `name` (no watchdog, 30 s lease), start a waiter, and return the lease and the waiter,
 /// once the waiter is waiting.
 async fn hold_with_waiter(
@@ -553,8 +542,12 @@ async fn releases_are_announced_in_the_shard_of_the_lock() {
     for node in 0..cluster.nodes.len() {
         // Each name's first release (by the holder) and the waiter's own release.
         let owned = owners.iter().filter(|&&o| o == node).count() as u64;
-        assert_eq!(calls(&cluster, node, "spublish"), 2 * owned, "node {node}");
-        assert_eq!(calls(&cluster, node, "publish"), 0, "node {node}");
+        assert_eq!(
+            cluster.command_calls(node, "spublish"),
+            2 * owned,
+            "node {node}"
+        );
+        assert_eq!(cluster.command_calls(node, "publish"), 0, "node {node}");
     }
 }
 
@@ -578,7 +571,7 @@ async fn classic_pubsub_on_request() {
         release_wakes(&locks, &name, &lease, waiter).await;
     }
     let spublish: u64 = (0..cluster.nodes.len())
-        .map(|n| calls(&cluster, n, "spublish"))
+        .map(|n| cluster.command_calls(n, "spublish"))
         .sum();
     assert_eq!(spublish, 0);
 }

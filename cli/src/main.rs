@@ -81,6 +81,10 @@ struct RaceArgs {
     /// repeated). Every algorithm runs there, `legacy-watch` included.
     #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "redlock")]
     cluster: Vec<String>,
+    /// How releases are announced on the cluster: `auto` (sharded pub/sub on Redis 7.0+,
+    /// classic before), `classic` or `sharded`.
+    #[arg(long, value_enum, default_value = "auto", requires = "cluster")]
+    pubsub: PubSubArg,
     /// Race only the `redlock` row, Redlock over these independent masters (comma-separated or
     /// repeated; real time). No fencing token: its expectation is `unfenced`.
     #[arg(long, value_delimiter = ',', num_args = 1..)]
@@ -98,6 +102,10 @@ struct BenchArgs {
     /// Bench a Redis Cluster, given seed node URLs (comma-separated or repeated).
     #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "redlock")]
     cluster: Vec<String>,
+    /// How releases are announced on the cluster: `auto` (sharded pub/sub on Redis 7.0+,
+    /// classic before), `classic` or `sharded`.
+    #[arg(long, value_enum, default_value = "auto", requires = "cluster")]
+    pubsub: PubSubArg,
     /// Bench Redlock over these independent masters (comma-separated or repeated): the
     /// `floor-cycle` (first server) and `redlock-cycle` scenarios.
     #[arg(long, value_delimiter = ',', num_args = 1..)]
@@ -157,12 +165,38 @@ struct KeyArgs {
     /// repeated); overrides --redis.
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     cluster: Vec<String>,
+    /// How a forced unlock announces the release on the cluster (it must match the waiters'):
+    /// `auto` (sharded pub/sub on Redis 7.0+, classic before), `classic` or `sharded`.
+    #[arg(long, value_enum, default_value = "auto", requires = "cluster")]
+    pubsub: PubSubArg,
     /// Key prefix of the locks.
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     prefix: String,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--pubsub`: how releases are announced on a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PubSubArg {
+    /// Sharded pub/sub where the servers have it (Redis 7.0+), else classic.
+    Auto,
+    /// `PUBLISH`/`SUBSCRIBE`.
+    Classic,
+    /// `SPUBLISH`/`SSUBSCRIBE`.
+    Sharded,
+}
+
+/// Connect to the cluster of these seed nodes with `--pubsub`'s choice.
+async fn connect_cluster(urls: &[String], pubsub: PubSubArg) -> tairlock::Result<ClusterStore> {
+    let mut options = tairlock::store::ClusterOptions::default();
+    options.pubsub = match pubsub {
+        PubSubArg::Auto => None,
+        PubSubArg::Classic => Some(tairlock::notify::PubSub::Classic),
+        PubSubArg::Sharded => Some(tairlock::notify::PubSub::Sharded),
+    };
+    ClusterStore::connect_with(urls, options).await
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -297,7 +331,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
     let rows = if !args.cluster.is_empty() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
-            let store = ClusterStore::connect(&args.cluster).await?;
+            let store = connect_cluster(&args.cluster, args.pubsub).await?;
             // Every algorithm, legacy-watch included: its transactions run on a dedicated
             // connection to the master of the lock's slot.
             race::run(store, Arc::new(SystemClock), "cluster", &config, progress).await
@@ -423,7 +457,7 @@ fn bench_command(args: BenchArgs) -> ExitCode {
             return bench::redlock(servers, &config, bench::progress_bar).await;
         }
         if !args.cluster.is_empty() {
-            let store = ClusterStore::connect(&args.cluster).await?;
+            let store = connect_cluster(&args.cluster, args.pubsub).await?;
             return bench::run(bench::Counted::new(store), &config, bench::progress_bar).await;
         }
         match &args.redis {
@@ -513,7 +547,7 @@ fn admin_command(args: KeyArgs, force_unlock: bool) -> ExitCode {
             let store = RedisStore::connect(&args.redis).await?;
             admin_on(store, keyspace, &name, force_unlock, args.json).await
         } else {
-            let store = ClusterStore::connect(&args.cluster).await?;
+            let store = connect_cluster(&args.cluster, args.pubsub).await?;
             admin_on(store, keyspace, &name, force_unlock, args.json).await
         }
     });

@@ -120,6 +120,51 @@ fn race_bench_and_inspect_run_on_a_cluster() {
     }
     assert!(rows[1]["ratio_to_floor"].as_f64().is_some(), "{rows:?}");
 
+    // The handoff with each way of announcing releases: woken by the release message in both
+    // (p50 far below the 1 s a missed message would cost here), and each uses its own command.
+    for (pubsub, command) in [("sharded", "spublish"), ("classic", "publish")] {
+        let before: u64 = (0..cluster.nodes.len())
+            .map(|n| cluster.command_calls(n, command))
+            .sum();
+        let (code, rows, stderr) = tairlock(&[
+            "bench",
+            "--json",
+            "--cluster",
+            &urls,
+            "--pubsub",
+            pubsub,
+            "--duration",
+            "300ms",
+            "--scenario",
+            "contended-handoff",
+        ]);
+        assert_eq!(code, 0, "bench --pubsub {pubsub}; stderr:\n{stderr}");
+        let row = &rows[0];
+        assert!(row["ops_per_sec"].as_f64().unwrap_or(0.0) > 0.0, "{row}");
+        let p50 = row["p50_us"].as_f64().unwrap_or(f64::MAX);
+        assert!(
+            p50 < 100_000.0,
+            "--pubsub {pubsub}: handoff p50 {p50} µs: {row}"
+        );
+        let after: u64 = (0..cluster.nodes.len())
+            .map(|n| cluster.command_calls(n, command))
+            .sum();
+        assert!(after > before, "--pubsub {pubsub} sent no {command}");
+        eprintln!("contended-handoff on the cluster, {pubsub} pub/sub: {row}");
+    }
+    // `--pubsub` is a cluster setting.
+    let out = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+        .args(["bench", "--pubsub", "classic", "--scenario", "ping"])
+        .output()
+        .expect("run tairlock");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--pubsub without --cluster: {stderr}"
+    );
+    assert!(stderr.contains("--cluster"), "{stderr}");
+
     // Inspect: a lock held through the library shows its holder and token.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let lease = rt.block_on(async {

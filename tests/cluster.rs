@@ -20,21 +20,12 @@ use tairlock::{Acquire, ClusterStore, ErrorKind, ExpireLock, Renew, Store, Unloc
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// Names whose slots land on every master (found by asking the cluster which node serves them).
+/// Lock names whose keys land on every master, one each.
 fn names_on_every_master(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
-    let mut seen = HashSet::new();
-    let mut names = Vec::new();
-    for i in 0..200 {
-        let name = format!("{prefix}{i}");
-        let node = cluster.node_of_slot(key_slot(&format!("tairlock:{{{name}}}")));
-        if seen.insert(node) {
-            names.push(name);
-        }
-        if seen.len() == cluster.nodes.len() {
-            return names;
-        }
-    }
-    cluster.fail("no names spread over every master")
+    let keys = cluster.one_key_per_master((0..200).map(|i| format!("tairlock:{{{prefix}{i}}}")));
+    keys.iter()
+        .map(|k| k["tairlock:{".len()..k.len() - 1].to_owned())
+        .collect()
 }
 
 async fn expire_lock_on(cluster: &RedisCluster, store: &ClusterStore) {
@@ -285,55 +276,6 @@ async fn throughput_one_master_vs_three_master_cluster() {
     );
 }
 
-/// Move one slot from `from` to `to` by hand, as `redis-cli --cluster reshard` does, with
-/// pauses between the steps so that clients meet every intermediate state (`ASK` while keys
-/// are split between the nodes, `TRYAGAIN` for a script whose keys are split, `MOVED` after).
-fn migrate_slot(cluster: &RedisCluster, slot: u16, from: usize, to: usize, pause: Duration) {
-    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]);
-    let (from_id, to_id) = (id(from), id(to));
-    let slot_s = slot.to_string();
-    let ok = |i: usize, args: &[&str]| {
-        let reply = cluster.nodes[i].cli(args);
-        if reply != "OK" {
-            cluster.fail(format!("node {i}: {args:?} answered {reply:?}"));
-        }
-    };
-    ok(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
-    ok(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
-    std::thread::sleep(pause);
-    let to_port = cluster.nodes[to].port().to_string();
-    loop {
-        let keys = cluster.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]);
-        let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
-        if keys.is_empty() {
-            break;
-        }
-        // One key at a time: the lock and its fence key are split for a while.
-        for key in keys {
-            let reply = cluster.nodes[from].cli(&[
-                "MIGRATE",
-                "127.0.0.1",
-                &to_port,
-                "",
-                "0",
-                "5000",
-                "KEYS",
-                key,
-            ]);
-            // NOKEY: the key expired or was deleted meanwhile.
-            if reply != "OK" && reply != "NOKEY" {
-                cluster.fail(format!("MIGRATE {key} answered {reply:?}"));
-            }
-            std::thread::sleep(pause);
-        }
-    }
-    ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
-    ok(from, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
-    for other in (0..cluster.nodes.len()).filter(|&i| i != from && i != to) {
-        ok(other, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
-    }
-}
-
 /// Several tasks contend on one lock while its slot moves to another master: never two
 /// holders, no error, every waiter gets in within 10 s (none stuck), and the lock works on the
 /// new master.
@@ -396,7 +338,7 @@ async fn reshard_while_contending() {
     let migration = {
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || {
-            migrate_slot(&cluster, slot, from, to, Duration::from_millis(150))
+            cluster.move_slot_step_by_step(slot, from, to, Duration::from_millis(150))
         })
     };
     migration.await.expect("migration panicked");
@@ -610,7 +552,7 @@ async fn sharded_subscription_follows_its_slot_to_another_master() {
     {
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || {
-            migrate_slot(&cluster, slot, from, to, Duration::from_millis(50))
+            cluster.move_slot_step_by_step(slot, from, to, Duration::from_millis(50))
         })
         .await
         .expect("migration panicked");

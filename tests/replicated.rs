@@ -2,6 +2,8 @@
 //! without acknowledgements a failover loses a lock; with them the acquisition is either
 //! acknowledged (and survives the promotion) or refused and rolled back; renewals and releases
 //! report their acknowledgements, and the guard's watchdog counts only acknowledged renewals.
+//! On a Redis Cluster with a replica per master, each call waits for the replica of its key's
+//! master.
 
 mod support;
 
@@ -526,4 +528,66 @@ fn a_replicated_lock_on_the_memory_store_does_not_compile() {
         "the control snippet on RedisStore must compile:
 {stderr}"
     );
+}
+
+/// On a cluster with one replica per master, `WAIT` runs on the connection to the master of the
+/// lock's slot and counts that master's replica: acquire, renew and release are acknowledged by
+/// it (the replica's key count follows), and asking for two replicas is refused and rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicated_lock_on_a_cluster_waits_for_the_slot_masters_replica() {
+    let cluster = support::cluster::RedisCluster::start_with_replicas(3, 1);
+    let store = cluster.store().await;
+    let one = ReplicatedLock::new(
+        ExpireLock::new(store.clone()),
+        WaitFor::replicas(1, Duration::from_secs(2)),
+    );
+    let two = ReplicatedLock::new(
+        ExpireLock::new(store),
+        WaitFor::replicas(2, Duration::from_millis(100)),
+    );
+    let keys = cluster.one_key_per_master((0..200).map(|i| format!("tairlock:{{acked{i}}}")));
+    for key in keys {
+        let name = &key["tairlock:{".len()..key.len() - 1];
+        let master = cluster.node_of_key(&key);
+        let replicas = cluster.replicas_of(master);
+        assert_eq!(replicas.len(), 1, "node {master}'s replicas: {replicas:?}");
+        let replica = &cluster.nodes[replicas[0]];
+        let dbsize = |n: &RedisServer| n.cli(&["DBSIZE"]);
+
+        let ReplicatedAcquire::Acquired { lease, acks } = one.acquire(name, LONG).await.unwrap()
+        else {
+            cluster.fail(format!("{name}: not acquired with one replica's ack"))
+        };
+        assert_eq!(acks.replicas, 1, "{name}");
+        // Acknowledged: the replica has the lock and its fence key already.
+        assert_eq!(dbsize(replica), dbsize(&cluster.nodes[master]), "{name}");
+        let ReplicatedRenew::Renewed { lease, acks } = one.renew(name, &lease, LONG).await.unwrap()
+        else {
+            cluster.fail(format!("{name}: renew not acknowledged"))
+        };
+        assert_eq!(acks.replicas, 1, "{name}");
+        let ReplicatedRelease::Released { acks } = one.release(name, &lease).await.unwrap() else {
+            cluster.fail(format!("{name}: release not acknowledged"))
+        };
+        assert_eq!(acks.replicas, 1, "{name}");
+
+        // Two replicas asked for, one exists: refused within its timeout, rolled back.
+        let ReplicatedAcquire::NotAcknowledged {
+            acks,
+            required,
+            rolled_back,
+        } = two.acquire(name, LONG).await.unwrap()
+        else {
+            cluster.fail(format!("{name}: acquired without two replicas"))
+        };
+        assert_eq!(
+            (acks.replicas, required, rolled_back),
+            (1, 2, true),
+            "{name}"
+        );
+        assert!(
+            one.locks().inspect(name).await.unwrap().holder.is_none(),
+            "{name}: a refused grant stayed"
+        );
+    }
 }

@@ -46,6 +46,68 @@ impl RedisCluster {
         cluster
     }
 
+    /// `masters` masters with `replicas` replicas each (`--cluster-replicas`), all slots
+    /// assigned, `cluster_state:ok` everywhere, and every master streaming to its replicas. The
+    /// replicas are in [`nodes`](Self::nodes) too; [`replicas_of`](Self::replicas_of) finds a
+    /// master's.
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
+        assert!(
+            masters >= 3,
+            "redis-cli --cluster create needs at least 3 masters"
+        );
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| RedisServer::start_cluster_node(&["--repl-diskless-sync-delay", "0"]))
+            .collect();
+        let cluster = RedisCluster { nodes };
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(
+            cluster
+                .nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port())),
+        );
+        args.extend(["--cluster-replicas".into(), replicas.to_string()]);
+        args.push("--cluster-yes".into());
+        cluster.redis_cli(&args);
+        cluster.wait_ok();
+        let deadline = Instant::now() + OK_TIMEOUT;
+        loop {
+            let streaming = (0..cluster.nodes.len()).all(|i| {
+                let info = cluster.nodes[i].cli(&["INFO", "replication"]);
+                if info.contains("role:master") {
+                    info.contains(&format!("connected_slaves:{replicas}"))
+                        && (0..replicas).all(|r| {
+                            info.lines().any(|l| {
+                                l.starts_with(&format!("slave{r}:")) && l.contains("state=online")
+                            })
+                        })
+                } else {
+                    info.contains("master_link_status:up")
+                }
+            });
+            if streaming {
+                return cluster;
+            }
+            if Instant::now() > deadline {
+                cluster.fail(format!("replicas not streaming within {OK_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The indexes of the nodes that replicate node `master`.
+    pub fn replicas_of(&self, master: usize) -> Vec<usize> {
+        let port = format!("master_port:{}", self.nodes[master].port());
+        (0..self.nodes.len())
+            .filter(|&i| {
+                i != master && {
+                    let info = self.nodes[i].cli(&["INFO", "replication"]);
+                    info.contains("role:slave") && info.lines().any(|l| l.trim() == port)
+                }
+            })
+            .collect()
+    }
+
     /// Run `redis-cli args…`, failing with its output and every node's log unless it succeeds.
     pub fn redis_cli(&self, args: &[String]) -> String {
         let out = Command::new("redis-cli")
@@ -159,7 +221,7 @@ impl RedisCluster {
     /// Move one slot from node `from` to node `to` by hand, as `redis-cli --cluster reshard`
     /// does, with pauses between the steps so that clients meet every intermediate state (`ASK`
     /// while keys are split between the nodes, `TRYAGAIN` for a multi-key request whose keys are
-    /// split, `MOVED` after). The same steps as `migrate_slot` in `tests/cluster.rs`.
+    /// split, `MOVED` after).
     pub fn move_slot_step_by_step(&self, slot: u16, from: usize, to: usize, pause: Duration) {
         let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]);
         let (from_id, to_id) = (id(from), id(to));
@@ -214,6 +276,9 @@ impl RedisCluster {
     /// From `candidates` in order, the first key that lands on each master: one key per master,
     /// in the order found.
     pub fn one_key_per_master(&self, candidates: impl IntoIterator<Item = String>) -> Vec<String> {
+        let masters = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].cli(&["ROLE"]).starts_with("master"))
+            .count();
         let mut seen = Vec::new();
         let mut keys = Vec::new();
         for key in candidates.into_iter().take(500) {
@@ -222,7 +287,7 @@ impl RedisCluster {
                 seen.push(node);
                 keys.push(key);
             }
-            if seen.len() == self.nodes.len() {
+            if seen.len() == masters {
                 return keys;
             }
         }

@@ -229,14 +229,14 @@ async fn every_lock_kind_on_three_masters() {
 }
 
 /// Acquire + unlock over 1,000 keys from 32 concurrent tasks; acquisitions per second.
-async fn throughput<S: Store>(store: S) -> f64 {
+async fn throughput<S: Store>(store: S, rounds: usize) -> f64 {
     let locks = ExpireLock::new(store);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..32 {
         let locks = locks.clone();
         tasks.push(tokio::spawn(async move {
-            for round in 0..3 {
+            for round in 0..rounds {
                 for k in (t..1000).step_by(32) {
                     let name = format!("tp:{k}");
                     let lease = locks.expire_lock(&name, LONG).await.unwrap().lease();
@@ -249,7 +249,7 @@ async fn throughput<S: Store>(store: S) -> f64 {
     for task in tasks {
         task.await.unwrap();
     }
-    3000.0 / started.elapsed().as_secs_f64()
+    (1000 * rounds) as f64 / started.elapsed().as_secs_f64()
 }
 
 /// The issue's figure: throughput over 1,000 keys on one master vs the 3-master cluster, same
@@ -257,10 +257,16 @@ async fn throughput<S: Store>(store: S) -> f64 {
 /// the three masters and the client on the same cores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throughput_one_master_vs_three_master_cluster() {
+    // Each key is taken `rounds` times (3 by default, a fraction of a second per store; set
+    // TAIRLOCK_THROUGHPUT_ROUNDS=30 or more for steadier figures).
+    let rounds: usize = std::env::var("TAIRLOCK_THROUGHPUT_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
     let single = support::RedisServer::start();
     let cluster = RedisCluster::start(3);
-    let one = throughput(single.store().await).await;
-    let three = throughput(cluster.store().await).await;
+    let one = throughput(single.store().await, rounds).await;
+    let three = throughput(cluster.store().await, rounds).await;
     // The same cluster with classic pub/sub: every release's PUBLISH crosses the cluster bus to
     // every node, listened to or not.
     let mut options = ClusterOptions::default();
@@ -268,9 +274,9 @@ async fn throughput_one_master_vs_three_master_cluster() {
     let classic = ClusterStore::connect_with(&cluster.urls(), options)
         .await
         .unwrap();
-    let three_classic = throughput(classic).await;
+    let three_classic = throughput(classic, rounds).await;
     println!(
-        "expire_lock + expire_unlock over 1,000 keys, 32 tasks: 1 master {one:.0} acq/s, \
+        "expire_lock + expire_unlock over 1,000 keys × {rounds}, 32 tasks: 1 master {one:.0} acq/s, \
          3-master cluster {three:.0} acq/s (sharded pub/sub), {three_classic:.0} acq/s \
          (classic pub/sub)"
     );

@@ -571,3 +571,81 @@ async fn sharded_subscription_follows_its_slot_to_another_master() {
     let handoff = release_wakes(&holder, name, &lease, waiter).await;
     eprintln!("handoff after the slot moved from node {from} to node {to}: {handoff:?}");
 }
+
+/// A master is killed (`SIGKILL`) and the cluster promotes its replica. A lock whose acquisition
+/// the replica acknowledged is still held on the new master (a third client is refused), the
+/// waiter's sharded subscription moves to the new master, and the holder's release after the
+/// failover wakes the waiter at once (its lease is 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_keeps_an_acknowledged_lock_and_its_waiters_subscription() {
+    use tairlock::store::WaitFor;
+    use tairlock::{ReplicatedAcquire, ReplicatedLock};
+    let mut cluster = RedisCluster::start_with_replicas(3, 1, &["--cluster-node-timeout", "2000"]);
+    let name = "failover";
+    let channel = format!("tairlock:{{{name}}}:released");
+    let master = cluster.node_of_key(&format!("tairlock:{{{name}}}"));
+    let replica = cluster.replicas_of(master)[0];
+
+    let holder = ReplicatedLock::new(
+        ExpireLock::new(cluster.store().await),
+        WaitFor::replicas(1, Duration::from_secs(2)),
+    );
+    let ReplicatedAcquire::Acquired { lease, .. } = holder.acquire(name, LONG).await.unwrap()
+    else {
+        cluster.fail("not acquired with the replica's ack")
+    };
+    let waiter = {
+        let locks = ExpireLock::new(cluster.store().await);
+        tokio::spawn(async move {
+            // `lock` reports store errors: while the master is down and not yet replaced, an
+            // attempt can fail; the caller decides to go on waiting.
+            let mut errors = Vec::new();
+            loop {
+                match locks.lock(name).await {
+                    Ok(guard) => {
+                        let got = Instant::now();
+                        guard.release().await.unwrap();
+                        return (got, errors);
+                    }
+                    Err(e) => {
+                        errors.push(e.to_string());
+                        assert!(errors.len() < 100, "the waiter keeps failing: {errors:?}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+        })
+    };
+    await_subscribers(&cluster, master, true, &channel, 1).await;
+
+    cluster.nodes[master].stop();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.nodes[replica].cli(&["ROLE"]).starts_with("master") {
+        if Instant::now() > deadline {
+            cluster.fail("the replica was not promoted within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The acknowledged grant survived the failover.
+    let third = ExpireLock::new(cluster.store().await);
+    let Acquire::Held { holder: on_new, .. } = third.expire_lock(name, LONG).await.unwrap() else {
+        cluster.fail("the lock was lost in the failover")
+    };
+    assert_eq!(on_new.value(), lease.value());
+    // The waiter listens on the new master now.
+    await_subscribers(&cluster, replica, true, &channel, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    assert_eq!(
+        holder.locks().expire_unlock(name, &lease).await.unwrap(),
+        Unlock::Released
+    );
+    let (got, errors) = waiter.await.unwrap();
+    let handoff = got.duration_since(released);
+    eprintln!("after the failover: handoff {handoff:?}; waiter's transient errors: {errors:?}");
+    assert!(
+        handoff < Duration::from_secs(3),
+        "waiter woke {handoff:?} after the release (subscription lost in the failover?)"
+    );
+}

@@ -535,7 +535,7 @@ fn a_replicated_lock_on_the_memory_store_does_not_compile() {
 /// it (the replica's key count follows), and asking for two replicas is refused and rolled back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicated_lock_on_a_cluster_waits_for_the_slot_masters_replica() {
-    let cluster = support::cluster::RedisCluster::start_with_replicas(3, 1);
+    let cluster = support::cluster::RedisCluster::start_with_replicas(3, 1, &[]);
     let store = cluster.store().await;
     let one = ReplicatedLock::new(
         ExpireLock::new(store.clone()),

@@ -24,7 +24,7 @@
 //! |---|---|---|
 //! | a message | `smessage` push | wake the channel's local watchers |
 //! | the channel's slot moves to another master | the old master drops the subscription with an `sunsubscribe` push | subscribe again (routed to the new owner, following `MOVED`), then wake the watchers once, since a release during the move went unheard |
-//! | a node connection drops | nothing reaches the client | wake every watcher now; the cluster connection reconnects and resubscribes that node's channels; wake each channel again when its `ssubscribe` confirmation arrives |
+//! | a node connection drops (a crash, a failover) | nothing reaches the client | wake every watcher now, then subscribe every watched channel again until it succeeds (a no-op where the subscription survived; on the promoted replica after a failover, routed there once the connection learns the new slot map) and wake each channel's watchers once more |
 //! | the last watcher left, 3 s ago | | `SUNSUBSCRIBE` (the confirmation is ignored: the channel is no longer registered) |
 //!
 //! While a slot is being migrated, a release that runs on the importing node (after `ASK`)

@@ -11,7 +11,6 @@
 //!
 //! How it follows slot moves and reconnections: the table in the [parent module](super).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,27 +89,18 @@ fn channel_of(push: &PushInfo) -> Option<String> {
     }
 }
 
-/// Feed the hub from the cluster connection's pushes. See the table in the [module docs](self).
+/// Feed the hub from the cluster connection's pushes. See the table in the
+/// [parent module](super).
 async fn read(
     mut pushes: UnboundedReceiver<PushInfo>,
     hub: Arc<Hub>,
     con: ClusterConnection,
     order: Arc<tokio::sync::Mutex<()>>,
 ) {
-    // Channels whose subscription went down with a node connection; the cluster connection
-    // resubscribes them, and their watchers are woken again on the confirmation.
-    let mut recovering: HashSet<String> = HashSet::new();
     while let Some(push) = pushes.recv().await {
         match push.kind {
             PushKind::SMessage => {
                 if let Some(channel) = channel_of(&push) {
-                    hub.deliver(&channel);
-                }
-            }
-            PushKind::SSubscribe => {
-                if let Some(channel) = channel_of(&push)
-                    && recovering.remove(&channel)
-                {
                     hub.deliver(&channel);
                 }
             }
@@ -119,42 +109,52 @@ async fn read(
                     && hub.contains(&channel)
                 {
                     // Still wanted, so the server dropped it: the slot moved.
-                    tokio::spawn(follow(channel, hub.clone(), con.clone(), order.clone()));
+                    tokio::spawn(follow(
+                        vec![channel],
+                        hub.clone(),
+                        con.clone(),
+                        order.clone(),
+                    ));
                 }
             }
             PushKind::Disconnection => {
-                recovering.retain(|c| hub.contains(c));
-                recovering.extend(hub.names());
+                // A node connection dropped: anything may have been released meanwhile, and if
+                // the node is gone for good its slots move to a promoted replica, which has
+                // none of our subscriptions. Subscribe every watched channel again (a no-op on
+                // the nodes that still have them) until each succeeds.
                 hub.wake_all();
+                tokio::spawn(follow(hub.names(), hub.clone(), con.clone(), order.clone()));
             }
             _ => {}
         }
     }
 }
 
-/// Subscribe `channel` again after its slot moved (the first attempts may meet the old owner's
-/// `MOVED` while the connection learns the new slot map), then wake its watchers once.
+/// Subscribe each of `channels` again (the first attempts may meet a dead node or the old
+/// owner's `MOVED` while the connection learns the new slot map), then wake its watchers once:
+/// a release while the subscription was down went unheard.
 async fn follow(
-    channel: String,
+    channels: Vec<String>,
     hub: Arc<Hub>,
     con: ClusterConnection,
     order: Arc<tokio::sync::Mutex<()>>,
 ) {
-    let mut delay = Duration::from_millis(10);
-    loop {
-        {
-            let _order = order.lock().await;
-            if !hub.contains(&channel) {
-                return;
+    for channel in channels {
+        let mut delay = Duration::from_millis(10);
+        loop {
+            {
+                let _order = order.lock().await;
+                if !hub.contains(&channel) {
+                    break;
+                }
+                let mut con = con.clone();
+                if con.ssubscribe(&channel).await.is_ok() {
+                    hub.deliver(&channel);
+                    break;
+                }
             }
-            let mut con = con.clone();
-            if con.ssubscribe(&channel).await.is_ok() {
-                break;
-            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
     }
-    // A release while the subscription was moving went unheard.
-    hub.deliver(&channel);
 }

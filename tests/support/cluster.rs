@@ -50,13 +50,20 @@ impl RedisCluster {
     /// assigned, `cluster_state:ok` everywhere, and every master streaming to its replicas. The
     /// replicas are in [`nodes`](Self::nodes) too; [`replicas_of`](Self::replicas_of) finds a
     /// master's.
-    pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
+    /// `node_args` go to every node (e.g. a shorter `--cluster-node-timeout` for a failover).
+    pub fn start_with_replicas(
+        masters: usize,
+        replicas: usize,
+        node_args: &[&str],
+    ) -> RedisCluster {
         assert!(
             masters >= 3,
             "redis-cli --cluster create needs at least 3 masters"
         );
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        args.extend_from_slice(node_args);
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| RedisServer::start_cluster_node(&["--repl-diskless-sync-delay", "0"]))
+            .map(|_| RedisServer::start_cluster_node(&args))
             .collect();
         let cluster = RedisCluster { nodes };
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];

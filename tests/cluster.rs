@@ -649,3 +649,25 @@ async fn failover_keeps_an_acknowledged_lock_and_its_waiters_subscription() {
         "waiter woke {handoff:?} after the release (subscription lost in the failover?)"
     );
 }
+
+/// A cluster whose `COMMAND` is renamed away (as some managed services and ACLs do) cannot be
+/// asked whether it has `SPUBLISH`: the store connects anyway, with classic pub/sub, and waiters
+/// are still woken by releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_detection_falls_back_to_classic_when_command_info_is_refused() {
+    let cluster = RedisCluster::start_with_replicas(3, 0, &["--rename-command", "COMMAND", ""]);
+    let store = cluster.store().await;
+    assert_eq!(store.pubsub(), PubSub::Classic);
+    let locks = ExpireLock::new(store);
+    let name = "no-command";
+    let (lease, waiter) = hold_with_waiter(&locks, name).await;
+    await_subscribers(
+        &cluster,
+        0,
+        false,
+        &format!("tairlock:{{{name}}}:released"),
+        1,
+    )
+    .await;
+    release_wakes(&locks, name, &lease, waiter).await;
+}

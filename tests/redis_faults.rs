@@ -1,6 +1,6 @@
 //! Fault tests against real servers (DESIGN.md §3, §11): a restart while a lock is held, a
-//! `SCRIPT FLUSH` between calls (NOSCRIPT), a dropped connection, a server that is down, and a
-//! port with no server at all.
+//! `SCRIPT FLUSH` between calls (NOSCRIPT), a dropped connection, a server that is down, a port
+//! with no server at all, and a server without sharded pub/sub asked to announce with it.
 //!
 //! What the lock API promises here: its scripts are retried once after a connection error (they
 //! are safe to repeat), and `NOSCRIPT` is answered by loading the script and running it again. A
@@ -335,4 +335,70 @@ async fn a_server_without_scripting_is_a_clear_server_error_and_writes_nothing()
     assert_eq!(err.kind(), ErrorKind::Server, "{err}");
     assert!(err.message().contains("unknown command 'EVALSHA'"), "{err}");
     assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
+/// A release asked to announce with `SPUBLISH` on a server that has no such command (an older
+/// node in the middle of a rolling upgrade; here `SPUBLISH` is renamed away) still releases,
+/// without an error, and announces with a classic `PUBLISH` that a classic subscriber hears.
+#[tokio::test]
+async fn a_release_on_a_server_without_spublish_announces_classically() {
+    use tairlock::scripts::EXPIRE_UNLOCK;
+    let server = RedisServer::start_with_args(&["--rename-command", "SPUBLISH", ""]);
+    let store = server.store().await;
+    let locks = ExpireLock::new(store.clone());
+    let keys = locks.keys("upgrade").unwrap();
+    let notifier = store.notifier().await.expect("a notifier");
+    for _ in 0..2 {
+        let lease = acquired(locks.expire_lock("upgrade", TTL).await.unwrap());
+        let watch = notifier.watch(&keys.channel).await.unwrap();
+        let heard = watch.notified();
+        tokio::pin!(heard);
+        heard.as_mut().enable();
+        let reply = store
+            .eval(
+                &EXPIRE_UNLOCK,
+                std::slice::from_ref(&keys.lock),
+                &[
+                    lease.value().to_owned(),
+                    keys.channel.clone(),
+                    "SPUBLISH".to_owned(),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.as_int(), Some(1), "released");
+        tokio::time::timeout(Duration::from_secs(2), heard)
+            .await
+            .expect("the classic subscriber heard the release");
+        assert!(locks.inspect("upgrade").await.unwrap().holder.is_none());
+    }
+    // The reader/writer lock's releases behave the same.
+    let rw = tairlock_rwlock::RwLock::new(store.clone());
+    let rw_keys = rw.keys("upgrade-rw").unwrap();
+    let admitted = rw.read_acquire("upgrade-rw", "abcd01", TTL).await.unwrap();
+    assert!(
+        matches!(admitted, tairlock_rwlock::ReadAttempt::Acquired { .. }),
+        "{admitted:?}"
+    );
+    let watch = notifier.watch(&rw_keys.channel).await.unwrap();
+    let heard = watch.notified();
+    tokio::pin!(heard);
+    heard.as_mut().enable();
+    let reply = store
+        .eval(
+            &tairlock_rwlock::scripts::READ_RELEASE,
+            std::slice::from_ref(&rw_keys.readers),
+            &[
+                "abcd01".to_owned(),
+                rw_keys.channel.clone(),
+                "SPUBLISH".to_owned(),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.as_int(), Some(1), "the reader left");
+    tokio::time::timeout(Duration::from_secs(2), heard)
+        .await
+        .expect("the classic subscriber heard the last reader leave");
+    assert_eq!(rw.readers("upgrade-rw").await.unwrap(), 0);
 }

@@ -17,6 +17,10 @@ if string.sub(cur, 1, 4) ~= 'tl1:' then
 end
 redis.call('DEL', KEYS[1])
 if ARGV[1] then
-  redis.call(ARGV[2] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[1], 'released')
+  -- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
+  -- than fail a release that has already happened.
+  if ARGV[2] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[1], 'released')) == 'table' then
+    redis.call('PUBLISH', ARGV[1], 'released')
+  end
 end
 return 1

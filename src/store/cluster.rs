@@ -23,6 +23,11 @@
 //! `SSUBSCRIBE`s on the master of each watched channel's slot and follows the channel when its
 //! slot moves (details in [`notify`](crate::notify)).
 //!
+//! The question goes to one node. During a rolling upgrade the nodes may differ: a release
+//! script asked to `SPUBLISH` on a node without it announces with `PUBLISH` instead (the release
+//! itself never fails for it), and waiters that listen the other way wait out the holder's
+//! lease.
+//!
 //! On older servers they use classic `PUBLISH`, which the cluster broadcasts to every node, and
 //! the notifier is one ordinary pub/sub connection to the first seed node that answers. If that
 //! node goes away, waiters fall back to timed retries (bounded by the holder's remaining lease)
@@ -204,14 +209,26 @@ fn builder(
         .max_retry_wait(500)
 }
 
-/// Sharded pub/sub if the cluster's servers know `SPUBLISH` (Redis 7.0+), else classic.
+/// Sharded pub/sub if the cluster's servers know `SPUBLISH` (Redis 7.0+), else classic; classic
+/// too when `COMMAND INFO` itself is refused (an ACL, a renamed command): only a connection
+/// failure is an error.
 async fn detect_pubsub(con: &ClusterConnection) -> Result<PubSub> {
     let mut con = con.clone();
-    let info: redis::Value = redis::cmd("COMMAND")
+    let info: redis::Value = match redis::cmd("COMMAND")
         .arg("INFO")
         .arg("SPUBLISH")
         .query_async(&mut con)
-        .await?;
+        .await
+    {
+        Ok(info) => info,
+        Err(e) => {
+            let e = Error::from(e);
+            if e.is_connection() || e.is_timeout() {
+                return Err(e);
+            }
+            return Ok(PubSub::Classic);
+        }
+    };
     let known = matches!(&info, redis::Value::Array(items)
         if items.first().is_some_and(|i| !matches!(i, redis::Value::Nil)));
     Ok(if known {

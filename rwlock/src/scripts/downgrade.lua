@@ -37,5 +37,9 @@ if redis.call('PTTL', KEYS[2]) < lease then
   redis.call('PEXPIRE', KEYS[2], lease)
 end
 redis.call('DEL', KEYS[1])
-redis.call(ARGV[5] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[4], 'released')
+-- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
+-- than fail a release that has already happened.
+if ARGV[5] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[4], 'released')) == 'table' then
+  redis.call('PUBLISH', ARGV[4], 'released')
+end
 return {1, expiry, redis.call('ZCARD', KEYS[2])}

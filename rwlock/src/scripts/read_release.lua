@@ -20,6 +20,10 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 end
 -- Only a waiting writer cares, and only once no live reader is left.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call(ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[2], 'released')
+  -- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
+  -- than fail a release that has already happened.
+  if ARGV[3] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[2], 'released')) == 'table' then
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
 end
 return 1

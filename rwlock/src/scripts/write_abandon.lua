@@ -41,6 +41,10 @@ if intent == ARGV[1] then
   deleted = deleted + 1
 end
 if deleted > 0 then
-  redis.call(ARGV[3] == 'SPUBLISH' and 'SPUBLISH' or 'PUBLISH', ARGV[2], 'released')
+  -- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
+  -- than fail a release that has already happened.
+  if ARGV[3] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[2], 'released')) == 'table' then
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
 end
 return deleted

@@ -645,9 +645,12 @@ async fn no_worker_starves_when_workers_share_one_client() {
         "a worker was overtaken {} times in one wait: the local queue is not FIFO",
         f.max_overtaken
     );
+    // In time, a fair wait is about one round; the bound is loose because one scheduling stall
+    // of a loaded 2-core machine (a concurrent build) stretches a single wait without any
+    // unfairness. FIFO itself is the overtaken count above, which load cannot change.
     assert!(
-        f.max_wait <= round * 5,
-        "the longest wait {:?} exceeds 5 rounds of {WORKERS} × (hold + handoff) = 5 × {round:?}",
+        f.max_wait <= round * 20,
+        "the longest wait {:?} exceeds 20 rounds of {WORKERS} × (hold + handoff) = 20 × {round:?}",
         f.max_wait
     );
     let (least, most) = (

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tairlock::guard::Liveness;
 use tairlock::{Error, ErrorKind, Lease, Result, Store, Unlock};
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::guard::Release;
@@ -26,12 +26,9 @@ pub(crate) struct Hold<S: Store> {
     name: String,
     ttl: Duration,
     cred: Mutex<Credential>,
-    deadline: Mutex<Instant>,
-    lost: watch::Sender<bool>,
-    /// Held by the watchdog while a renewal is in flight (and by a downgrade), so a release
-    /// never races a credential that is about to change.
-    renewing: tokio::sync::Mutex<()>,
-    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The deadline of the credential in effect; its renewing lock is also held by a downgrade,
+    /// so a release never races a credential that is about to change.
+    live: Liveness,
 }
 
 impl<S: Store> Hold<S> {
@@ -48,15 +45,12 @@ impl<S: Store> Hold<S> {
             name: name.to_owned(),
             ttl,
             cred: Mutex::new(cred),
-            deadline: Mutex::new(deadline),
-            lost: watch::channel(false).0,
-            renewing: tokio::sync::Mutex::new(()),
-            watchdog: Mutex::new(None),
+            live: Liveness::new(Some(deadline)),
         });
         let handle = tairlock::blocking::spawn_handle(hold.rw.store().runtime())
             .spawn(watchdog(hold.clone()))
             .abort_handle();
-        *hold.watchdog.lock() = Some(handle);
+        hold.live.set_watchdog(handle);
         hold
     }
 
@@ -76,42 +70,14 @@ impl<S: Store> Hold<S> {
         matches!(*self.cred.lock(), Credential::Write(_))
     }
 
-    pub(crate) fn deadline(&self) -> Instant {
-        *self.deadline.lock()
-    }
-
-    fn mark_lost(&self) {
-        self.lost.send_replace(true);
-    }
-
-    fn past_deadline(&self) -> bool {
-        Instant::now() >= self.deadline()
-    }
-
     /// Lost: a renewal found the lease gone, or its local deadline passed without a renewal.
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.past_deadline()
+        self.live.is_lost()
     }
 
     /// Resolves when the hold is lost.
     pub(crate) async fn lost(&self) {
-        let mut rx = self.lost.subscribe();
-        loop {
-            if *rx.borrow_and_update() {
-                return;
-            }
-            let deadline = self.deadline();
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep_until(deadline) => {
-                    // The watchdog may have renewed meanwhile (the deadline moved).
-                    if self.past_deadline() {
-                        self.mark_lost();
-                        return;
-                    }
-                }
-            }
-        }
+        self.live.lost().await;
     }
 
     /// One renewal: true while the lease is still ours.
@@ -120,7 +86,7 @@ impl<S: Store> Hold<S> {
             Credential::Read(nonce) => {
                 match self.rw.read_renew(&self.name, &nonce, self.ttl).await? {
                     Some(lease) => {
-                        *self.deadline.lock() = lease.deadline();
+                        self.live.set_deadline(Some(lease.deadline()));
                         Ok(true)
                     }
                     None => Ok(false),
@@ -129,7 +95,7 @@ impl<S: Store> Hold<S> {
             Credential::Write(lease) => {
                 match self.rw.write_renew(&self.name, &lease, self.ttl).await? {
                     Some(renewed) => {
-                        *self.deadline.lock() = renewed.deadline();
+                        self.live.set_deadline(Some(renewed.deadline()));
                         *self.cred.lock() = Credential::Write(renewed.lease().clone());
                         Ok(true)
                     }
@@ -139,16 +105,9 @@ impl<S: Store> Hold<S> {
         }
     }
 
-    async fn stop_watchdog(&self) {
-        let _in_flight = self.renewing.lock().await;
-        if let Some(handle) = self.watchdog.lock().take() {
-            handle.abort();
-        }
-    }
-
     /// Stop renewing and give the lease back.
     pub(crate) async fn release(&self) -> Result<Release> {
-        self.stop_watchdog().await;
+        self.live.stop_watchdog().await;
         let outcome = match self.credential() {
             Credential::Read(nonce) => {
                 self.rw
@@ -172,13 +131,13 @@ impl<S: Store> Hold<S> {
                     })
             }
         };
-        self.mark_lost();
+        self.live.mark_lost();
         outcome
     }
 
     /// Turn the write lease into a read lease, atomically on the server.
     pub(crate) async fn downgrade(&self) -> Result<()> {
-        let _in_flight = self.renewing.lock().await;
+        let _in_flight = self.live.renewing().await;
         let Credential::Write(lease) = self.credential() else {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
@@ -193,11 +152,11 @@ impl<S: Store> Hold<S> {
         {
             Some(read) => {
                 *self.cred.lock() = Credential::Read(nonce);
-                *self.deadline.lock() = read.deadline();
+                self.live.set_deadline(Some(read.deadline()));
                 Ok(())
             }
             None => {
-                self.mark_lost();
+                self.live.mark_lost();
                 Err(Error::new(
                     ErrorKind::LeaseLost,
                     format!("cannot downgrade {}: the write lease is gone", self.name),
@@ -212,21 +171,20 @@ async fn watchdog<S: Store>(hold: Arc<Hold<S>>) {
     let mut wait = interval;
     loop {
         tokio::time::sleep(wait).await;
-        let _in_flight = hold.renewing.lock().await;
+        let _in_flight = hold.live.renewing().await;
         match hold.renew_once().await {
             Ok(true) => wait = interval,
             Ok(false) => {
-                hold.mark_lost();
+                hold.live.mark_lost();
                 return;
             }
             Err(_) => {
-                if hold.past_deadline() {
-                    hold.mark_lost();
+                if hold.live.past_deadline() {
+                    hold.live.mark_lost();
                     return;
                 }
                 // Try again soon, well before the deadline.
-                let left = hold.deadline().saturating_duration_since(Instant::now());
-                wait = (left / 4).clamp(Duration::from_millis(5), interval);
+                wait = hold.live.retry_pause(interval);
             }
         }
     }

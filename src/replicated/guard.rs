@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::watch;
 
 use super::{ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
 use crate::error::Result;
+use crate::guard::Liveness;
 use crate::lease::Lease;
 use crate::store::ReplicaStore;
 
@@ -25,50 +25,28 @@ struct Shared<S: ReplicaStore> {
     /// The lease in effect on the master. Its deadline is the end of the last *acknowledged*
     /// validity: an unacknowledged renewal replaces the value and keeps the deadline.
     lease: Mutex<Lease>,
-    lost: watch::Sender<bool>,
-    /// Held by the watchdog while a renewal is in flight, so a release never races it with a
-    /// lease that is about to rotate.
-    renewing: tokio::sync::Mutex<()>,
-    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Lost, or past the last acknowledged validity.
+    live: Liveness,
 }
 
 impl<S: ReplicaStore> Shared<S> {
-    fn mark_lost(&self) {
-        self.lost.send_replace(true);
-    }
-
     fn current(&self) -> Lease {
         self.lease.lock().clone()
     }
 
-    fn past_deadline(&self) -> bool {
-        self.lease
-            .lock()
-            .deadline()
-            .is_some_and(|d| tokio::time::Instant::now() >= d)
-    }
-
-    async fn stop_watchdog(&self) {
-        let _in_flight = self.renewing.lock().await;
-        if let Some(handle) = self.watchdog.lock().take() {
-            handle.abort();
-        }
+    /// Take `lease` as the lease in effect, with its deadline.
+    fn adopt(&self, lease: Lease) {
+        self.live.set_deadline(lease.deadline());
+        *self.lease.lock() = lease;
     }
 
     async fn release(&self) -> Result<ReplicatedRelease> {
-        self.stop_watchdog().await;
+        self.live.stop_watchdog().await;
         let lease = self.current();
         let outcome = self.lock.release(&self.name, &lease).await;
-        self.mark_lost();
+        self.live.mark_lost();
         outcome
     }
-}
-
-/// How long to wait before trying again after a renewal that did not count: a quarter of the
-/// acknowledged validity left, at least 5 ms, at most the renewal interval.
-fn retry_pause(current: &Lease, interval: Duration) -> Duration {
-    let left = current.remaining().unwrap_or(Duration::ZERO);
-    (left / 4).clamp(Duration::from_millis(5).min(interval), interval)
 }
 
 async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
@@ -76,11 +54,11 @@ async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
     let mut wait = interval;
     loop {
         tokio::time::sleep(wait).await;
-        let _in_flight = shared.renewing.lock().await;
+        let _in_flight = shared.live.renewing().await;
         let current = shared.current();
         let left = current.remaining().unwrap_or(Duration::ZERO);
         if left.is_zero() {
-            shared.mark_lost();
+            shared.live.mark_lost();
             return;
         }
         // An acknowledgement that arrives after the acknowledged validity has ended comes too
@@ -96,10 +74,10 @@ async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
                 // Acknowledged, but after the old deadline: the guard has been (or could have
                 // been) reported lost meanwhile, and "once lost, stays lost". Adopt the lease
                 // anyway so a release deletes it at once, but stop renewing.
-                let late = shared.past_deadline();
-                *shared.lease.lock() = lease;
+                let late = shared.live.past_deadline();
+                shared.adopt(lease);
                 if late {
-                    shared.mark_lost();
+                    shared.live.mark_lost();
                     return;
                 }
                 wait = interval;
@@ -108,26 +86,26 @@ async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
                 // The master has the new lease, the replicas may still have the old expiry:
                 // take the new value (the old one no longer matches on the master), keep the
                 // acknowledged deadline, and try again before it passes.
-                *shared.lease.lock() = match current.deadline() {
+                shared.adopt(match current.deadline() {
                     Some(deadline) => lease.with_deadline(deadline),
                     None => lease,
-                };
-                if shared.past_deadline() {
-                    shared.mark_lost();
+                });
+                if shared.live.past_deadline() {
+                    shared.live.mark_lost();
                     return;
                 }
-                wait = retry_pause(&current, interval);
+                wait = shared.live.retry_pause(interval);
             }
             Ok(ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther) => {
-                shared.mark_lost();
+                shared.live.mark_lost();
                 return;
             }
             Err(_) => {
-                if shared.past_deadline() {
-                    shared.mark_lost();
+                if shared.live.past_deadline() {
+                    shared.live.mark_lost();
                     return;
                 }
-                wait = retry_pause(&current, interval);
+                wait = shared.live.retry_pause(interval);
             }
         }
     }
@@ -175,15 +153,13 @@ impl<S: ReplicaStore> ReplicatedGuard<S> {
             lock,
             name: name.to_owned(),
             ttl,
+            live: Liveness::new(lease.deadline()),
             lease: Mutex::new(lease),
-            lost: watch::channel(false).0,
-            renewing: tokio::sync::Mutex::new(()),
-            watchdog: Mutex::new(None),
         });
         let handle = crate::blocking::spawn_handle(shared.lock.locks().store().runtime())
             .spawn(watchdog(shared.clone()))
             .abort_handle();
-        *shared.watchdog.lock() = Some(handle);
+        shared.live.set_watchdog(handle);
         ReplicatedGuard {
             shared,
             armed: true,
@@ -210,7 +186,7 @@ impl<S: ReplicaStore> ReplicatedGuard<S> {
     /// acknowledged by the required replicas before the acknowledged validity ended. Once true,
     /// stays true.
     pub fn is_lost(&self) -> bool {
-        *self.shared.lost.borrow() || self.shared.past_deadline()
+        self.shared.live.is_lost()
     }
 
     /// Resolves when the guard is lost (see [`is_lost`](Self::is_lost)): at the latest when the
@@ -220,31 +196,7 @@ impl<S: ReplicaStore> ReplicatedGuard<S> {
     ///
     /// Cancel safe: dropping it changes nothing.
     pub async fn lost(&self) {
-        let mut rx = self.shared.lost.subscribe();
-        loop {
-            if *rx.borrow_and_update() {
-                return;
-            }
-            match self.shared.current().deadline() {
-                Some(deadline) => {
-                    tokio::select! {
-                        changed = rx.changed() => if changed.is_err() { return },
-                        () = tokio::time::sleep_until(deadline) => {
-                            // An acknowledged renewal may have moved the deadline meanwhile.
-                            if self.shared.past_deadline() {
-                                self.shared.mark_lost();
-                                return;
-                            }
-                        }
-                    }
-                }
-                None => {
-                    if rx.changed().await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
+        self.shared.live.lost().await;
     }
 
     /// Stop the watchdog, release the lock, and wait for the replicas to acknowledge the

@@ -13,54 +13,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::watch;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::{ExpireLock, Renew, Unlock};
 use crate::lease::Lease;
 use crate::store::Store;
 
+mod liveness;
+
+pub use self::liveness::Liveness;
+
 pub(crate) struct Shared<S: Store> {
     locks: ExpireLock<S>,
     name: String,
     ttl: Duration,
     lease: Mutex<Lease>,
-    lost: watch::Sender<bool>,
-    /// Held by the watchdog while a renewal is in flight, so a release never races it with a
-    /// lease that is about to rotate.
-    renewing: tokio::sync::Mutex<()>,
-    watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    live: Liveness,
     renews: bool,
 }
 
 impl<S: Store> Shared<S> {
-    fn mark_lost(&self) {
-        self.lost.send_replace(true);
-    }
-
     fn current(&self) -> Lease {
         self.lease.lock().clone()
     }
 
-    fn past_deadline(&self) -> bool {
-        self.lease
-            .lock()
-            .deadline()
-            .is_some_and(|d| tokio::time::Instant::now() >= d)
-    }
-
-    async fn stop_watchdog(&self) {
-        let _in_flight = self.renewing.lock().await;
-        if let Some(handle) = self.watchdog.lock().take() {
-            handle.abort();
-        }
+    /// Take `lease` as the lease in effect, with its deadline.
+    fn adopt(&self, lease: Lease) {
+        self.live.set_deadline(lease.deadline());
+        *self.lease.lock() = lease;
     }
 
     async fn release(&self) -> Result<Unlock> {
-        self.stop_watchdog().await;
+        self.live.stop_watchdog().await;
         let lease = self.current();
         let outcome = self.locks.expire_unlock(&self.name, &lease).await;
-        self.mark_lost();
+        self.live.mark_lost();
         outcome
     }
 }
@@ -70,7 +57,7 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
     let mut wait = interval;
     loop {
         tokio::time::sleep(wait).await;
-        let _in_flight = shared.renewing.lock().await;
+        let _in_flight = shared.live.renewing().await;
         let current = shared.current();
         match shared.locks.renew(&shared.name, &current, shared.ttl).await {
             Ok(Renew::Renewed(lease)) => {
@@ -78,26 +65,25 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
                 // guard has been (or could have been) reported lost meanwhile, and "once lost,
                 // stays lost". Adopt the new lease anyway, so a release still deletes it at once
                 // instead of leaving it to its TTL, but stop renewing and keep the guard lost.
-                let late = shared.past_deadline();
-                *shared.lease.lock() = lease;
+                let late = shared.live.past_deadline();
+                shared.adopt(lease);
                 if late {
-                    shared.mark_lost();
+                    shared.live.mark_lost();
                     return;
                 }
                 wait = interval;
             }
             Ok(Renew::NotHeld | Renew::HeldByOther) => {
-                shared.mark_lost();
+                shared.live.mark_lost();
                 return;
             }
             Err(_) => {
-                if shared.past_deadline() {
-                    shared.mark_lost();
+                if shared.live.past_deadline() {
+                    shared.live.mark_lost();
                     return;
                 }
                 // Try again soon, well before the deadline.
-                let left = current.remaining().unwrap_or(Duration::ZERO);
-                wait = (left / 4).clamp(Duration::from_millis(5), interval);
+                wait = shared.live.retry_pause(interval);
             }
         }
     }
@@ -138,17 +124,15 @@ impl<S: Store> LockGuard<S> {
             locks,
             name: name.to_owned(),
             ttl,
+            live: Liveness::new(lease.deadline()),
             lease: Mutex::new(lease),
-            lost: watch::channel(false).0,
-            renewing: tokio::sync::Mutex::new(()),
-            watchdog: Mutex::new(None),
             renews: watchdog_on,
         });
         if watchdog_on {
             let handle = crate::blocking::spawn_handle(shared.locks.store().runtime())
                 .spawn(watchdog(shared.clone()))
                 .abort_handle();
-            *shared.watchdog.lock() = Some(handle);
+            shared.live.set_watchdog(handle);
         }
         LockGuard {
             shared,
@@ -181,7 +165,7 @@ impl<S: Store> LockGuard<S> {
     pub fn is_lost(&self) -> bool {
         // With a working watchdog the deadline keeps moving forward; a passed deadline means no
         // renewal landed in time.
-        *self.shared.lost.borrow() || self.shared.past_deadline()
+        self.shared.live.is_lost()
     }
 
     /// Resolves when the lease is lost (see [`is_lost`](Self::is_lost)).
@@ -190,32 +174,7 @@ impl<S: Store> LockGuard<S> {
     ///
     /// Cancel safe: dropping it changes nothing.
     pub async fn lost(&self) {
-        let mut rx = self.shared.lost.subscribe();
-        loop {
-            if *rx.borrow_and_update() {
-                return;
-            }
-            let deadline = self.shared.current().deadline();
-            match deadline {
-                Some(d) => {
-                    tokio::select! {
-                        changed = rx.changed() => if changed.is_err() { return },
-                        () = tokio::time::sleep_until(d) => {
-                            // The watchdog may have renewed meanwhile (the deadline moved).
-                            if self.shared.past_deadline() {
-                                self.shared.mark_lost();
-                                return;
-                            }
-                        }
-                    }
-                }
-                None => {
-                    if rx.changed().await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
+        self.shared.live.lost().await;
     }
 
     /// Renew now, to `ttl` from now (the watchdog, if any, keeps its own interval).
@@ -224,7 +183,7 @@ impl<S: Store> LockGuard<S> {
     ///
     /// [`ErrorKind::LeaseLost`] when the lease is gone; store errors.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        let _in_flight = self.shared.renewing.lock().await;
+        let _in_flight = self.shared.live.renewing().await;
         let current = self.shared.current();
         match self
             .shared
@@ -233,11 +192,11 @@ impl<S: Store> LockGuard<S> {
             .await?
         {
             Renew::Renewed(lease) => {
-                *self.shared.lease.lock() = lease;
+                self.shared.adopt(lease);
                 Ok(())
             }
             Renew::NotHeld | Renew::HeldByOther => {
-                self.shared.mark_lost();
+                self.shared.live.mark_lost();
                 Err(Error::new(
                     ErrorKind::LeaseLost,
                     format!("the lease on {} is gone", self.shared.name),

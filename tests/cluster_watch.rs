@@ -513,35 +513,12 @@ async fn watched_reads_wait_out_a_split_slot_within_a_bound() {
     let locks = watch_lock(&store);
     let key = "lock.split";
     let slot = key_slot(key);
-    let slot_s = slot.to_string();
     let from = cluster.node_of_slot(slot);
     let to = (from + 1) % cluster.nodes.len();
     let held = acquired(locks.try_acquire(key, LONG).await);
 
-    let id = |i: usize| cluster.nodes[i].cli(&["CLUSTER", "MYID"]);
-    let (from_id, to_id) = (id(from), id(to));
-    let to_port = cluster.nodes[to].port().to_string();
-    let migrate = |k: &str| {
-        let reply = cluster.nodes[from].cli(&[
-            "MIGRATE",
-            "127.0.0.1",
-            &to_port,
-            "",
-            "0",
-            "5000",
-            "KEYS",
-            k,
-        ]);
-        assert_eq!(reply, "OK", "MIGRATE {k}");
-    };
-    assert_eq!(
-        cluster.nodes[to].cli(&["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]),
-        "OK"
-    );
-    assert_eq!(
-        cluster.nodes[from].cli(&["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]),
-        "OK"
-    );
+    let migrate = |k: &str| assert_eq!(cluster.migrate_key(from, to, k), "OK", "MIGRATE {k}");
+    cluster.begin_slot_move(slot, from, to);
     migrate(&fence_key(key));
 
     let started = Instant::now();
@@ -572,12 +549,7 @@ async fn watched_reads_wait_out_a_split_slot_within_a_bound() {
         "the renewal waits while the slot is split"
     );
     migrate(key);
-    for node in [to, from, 3 - to - from] {
-        assert_eq!(
-            cluster.nodes[node].cli(&["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]),
-            "OK"
-        );
-    }
+    cluster.finish_slot_move(slot, to);
     let (outcome, took) = renewal.await.unwrap();
     let current = renewed(outcome);
     assert!(took >= Duration::from_secs(1), "{took:?}");

@@ -25,25 +25,7 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// `masters` masters, no replicas, all slots assigned and `cluster_state:ok` everywhere.
     pub fn start(masters: usize) -> RedisCluster {
-        assert!(
-            masters >= 3,
-            "redis-cli --cluster create needs at least 3 masters"
-        );
-        let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| RedisServer::start_cluster_node(&[]))
-            .collect();
-        let cluster = RedisCluster { nodes };
-        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(
-            cluster
-                .nodes
-                .iter()
-                .map(|n| format!("127.0.0.1:{}", n.port())),
-        );
-        args.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
-        cluster.redis_cli(&args);
-        cluster.wait_ok();
-        cluster
+        RedisCluster::start_with_replicas(masters, 0, &[])
     }
 
     /// `masters` masters with `replicas` replicas each (`--cluster-replicas`), all slots
@@ -222,27 +204,16 @@ impl RedisCluster {
     }
 }
 
-/// Helpers for tests that move slots and check where commands ran (added for
-/// `tests/cluster_watch.rs`; the existing helpers above are unchanged).
+/// Helpers for tests that move slots and check where commands ran.
 impl RedisCluster {
     /// Move one slot from node `from` to node `to` by hand, as `redis-cli --cluster reshard`
     /// does, with pauses between the steps so that clients meet every intermediate state (`ASK`
     /// while keys are split between the nodes, `TRYAGAIN` for a multi-key request whose keys are
     /// split, `MOVED` after).
     pub fn move_slot_step_by_step(&self, slot: u16, from: usize, to: usize, pause: Duration) {
-        let id = |i: usize| self.nodes[i].cli(&["CLUSTER", "MYID"]);
-        let (from_id, to_id) = (id(from), id(to));
-        let slot_s = slot.to_string();
-        let ok = |i: usize, args: &[&str]| {
-            let reply = self.nodes[i].cli(args);
-            if reply != "OK" {
-                self.fail(format!("node {i}: {args:?} answered {reply:?}"));
-            }
-        };
-        ok(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
-        ok(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
+        self.begin_slot_move(slot, from, to);
         std::thread::sleep(pause);
-        let to_port = self.nodes[to].port().to_string();
+        let slot_s = slot.to_string();
         loop {
             let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot_s, "100"]);
             let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
@@ -251,16 +222,7 @@ impl RedisCluster {
             }
             // One key at a time: a lock and its fence key are split for a while.
             for key in keys {
-                let reply = self.nodes[from].cli(&[
-                    "MIGRATE",
-                    "127.0.0.1",
-                    &to_port,
-                    "",
-                    "0",
-                    "5000",
-                    "KEYS",
-                    key,
-                ]);
+                let reply = self.migrate_key(from, to, key);
                 // NOKEY: the key expired or was deleted meanwhile.
                 if reply != "OK" && reply != "NOKEY" {
                     self.fail(format!("MIGRATE {key} answered {reply:?}"));
@@ -268,10 +230,52 @@ impl RedisCluster {
                 std::thread::sleep(pause);
             }
         }
-        ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
-        ok(from, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
-        for other in (0..self.nodes.len()).filter(|&i| i != from && i != to) {
-            ok(other, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        self.finish_slot_move(slot, to);
+    }
+
+    /// The first step of moving `slot` from node `from` to node `to`: `CLUSTER SETSLOT …
+    /// IMPORTING` on `to`, then `… MIGRATING` on `from`.
+    pub fn begin_slot_move(&self, slot: u16, from: usize, to: usize) {
+        let slot_s = slot.to_string();
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        self.ok(to, &["CLUSTER", "SETSLOT", &slot_s, "IMPORTING", &from_id]);
+        self.ok(from, &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &to_id]);
+    }
+
+    /// `MIGRATE` one key from node `from` to node `to`; the reply (`OK`, `NOKEY`, an error).
+    pub fn migrate_key(&self, from: usize, to: usize, key: &str) -> String {
+        let to_port = self.nodes[to].port().to_string();
+        self.nodes[from].cli(&[
+            "MIGRATE",
+            "127.0.0.1",
+            &to_port,
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            key,
+        ])
+    }
+
+    /// The last step: `CLUSTER SETSLOT slot NODE <to>` on `to`, then on every other node.
+    pub fn finish_slot_move(&self, slot: u16, to: usize) {
+        let slot_s = slot.to_string();
+        let to_id = self.node_id(to);
+        self.ok(to, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        for other in (0..self.nodes.len()).filter(|&i| i != to) {
+            self.ok(other, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        }
+    }
+
+    fn node_id(&self, node: usize) -> String {
+        self.nodes[node].cli(&["CLUSTER", "MYID"])
+    }
+
+    /// Run `args` on node `node`, failing unless it answers `OK`.
+    fn ok(&self, node: usize, args: &[&str]) {
+        let reply = self.nodes[node].cli(args);
+        if reply != "OK" {
+            self.fail(format!("node {node}: {args:?} answered {reply:?}"));
         }
     }
 

@@ -71,7 +71,7 @@ use redis::aio::MultiplexedConnection;
 use tairlock::keys::{check_one_slot, key_slot};
 use tairlock::{ClusterStore, Error, ErrorKind, Reply, Result};
 
-use super::store::{Read, TxOp, WatchConnection, WatchStore};
+use super::store::{Read, TxOp, WatchConnection, WatchStore, reply_error, watch_pipeline};
 
 /// How long one command on a dedicated connection may take.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -295,10 +295,6 @@ fn refusal(err: &redis::ServerError, asked: &Node) -> Option<Refusal> {
     }
 }
 
-fn server_error(err: &redis::ServerError) -> Error {
-    Error::from_reply(err.code(), err.details().unwrap_or(""))
-}
-
 /// A connection failure after which another connection (or another node) may succeed.
 fn is_broken(err: &Error) -> bool {
     err.is_connection()
@@ -401,14 +397,7 @@ impl WatchConnection for ClusterWatch {
             Read::Time => None,
         });
         let slot = slot_of(keys.iter().map(String::as_str).chain(read_keys))?;
-        let mut pipe = redis::pipe();
-        // Per-command replies, so an error reply keeps its code (MOVED, TRYAGAIN, WRONGTYPE).
-        pipe.ignore_errors();
-        pipe.cmd("UNWATCH");
-        pipe.cmd("WATCH").arg(keys);
-        for read in reads {
-            pipe.add_command(read.to_cmd());
-        }
+        let pipe = watch_pipeline(keys, reads);
 
         // Set again only once the watches are in place: an `exec` never runs unwatched after a
         // refused `WATCH`.
@@ -438,7 +427,7 @@ impl WatchConnection for ClusterWatch {
                 return Ok(replies.into_iter().skip(2).map(Reply::from).collect());
             };
             match refusal(err, &node) {
-                None => return Err(server_error(err)),
+                None => return Err(reply_error(err)),
                 Some(Refusal::Moved(slot, owner)) => {
                     moved += 1;
                     if moved > MAX_MOVED {
@@ -544,7 +533,7 @@ impl WatchConnection for ClusterWatch {
                 let mut out = Vec::with_capacity(results.len());
                 for result in results {
                     if let redis::Value::ServerError(e) = &result {
-                        return Err(server_error(e));
+                        return Err(reply_error(e));
                     }
                     out.push(Reply::from(result));
                 }
@@ -561,7 +550,7 @@ impl WatchConnection for ClusterWatch {
                     })
                     .unwrap_or(&exec_err);
                 match refusal(cause, &node) {
-                    None => Err(server_error(cause)),
+                    None => Err(reply_error(cause)),
                     Some(Refusal::Moved(slot, owner)) => {
                         self.record_moved(slot, owner);
                         Ok(None)

@@ -7,7 +7,7 @@ use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use tairlock::{RedisStore, Reply, Result};
 
-use super::store::{Read, TxOp, WatchConnection, WatchStore};
+use super::store::{Read, TxOp, WatchConnection, WatchStore, reply_error, watch_pipeline};
 
 /// How long one command on a dedicated connection may take.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -58,22 +58,13 @@ impl fmt::Debug for RedisWatch {
 
 impl WatchConnection for RedisWatch {
     async fn watch(&mut self, keys: &[String], reads: &[Read]) -> Result<Vec<Reply>> {
-        let mut pipe = redis::pipe();
-        // Per-command replies, so an error reply keeps its code (WRONGTYPE, unknown command).
-        pipe.ignore_errors();
-        pipe.cmd("UNWATCH");
-        pipe.cmd("WATCH").arg(keys);
-        for read in reads {
-            pipe.add_command(read.to_cmd());
-        }
-        let replies: Vec<redis::Value> = pipe.query_async(&mut self.con).await?;
+        let replies: Vec<redis::Value> = watch_pipeline(keys, reads)
+            .query_async(&mut self.con)
+            .await?;
         let mut out = Vec::with_capacity(reads.len());
         for (i, reply) in replies.into_iter().enumerate() {
             if let redis::Value::ServerError(e) = &reply {
-                return Err(tairlock::Error::from_reply(
-                    e.code(),
-                    e.details().unwrap_or(""),
-                ));
+                return Err(reply_error(e));
             }
             if i >= 2 {
                 out.push(Reply::from(reply));

@@ -76,6 +76,25 @@ pub enum Read {
     Time,
 }
 
+/// `UNWATCH`, `WATCH keys…` and the reads, as one pipeline whose replies come back one per
+/// command (an error reply keeps its code: `WRONGTYPE`, an unknown command, `MOVED`,
+/// `TRYAGAIN`); the reads' replies are the ones after the first two.
+pub(super) fn watch_pipeline(keys: &[String], reads: &[Read]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("UNWATCH");
+    pipe.cmd("WATCH").arg(keys);
+    for read in reads {
+        pipe.add_command(read.to_cmd());
+    }
+    pipe
+}
+
+/// A server's error reply to one command, as this crate's error.
+pub(super) fn reply_error(err: &redis::ServerError) -> tairlock::Error {
+    tairlock::Error::from_reply(err.code(), err.details().unwrap_or(""))
+}
+
 impl Read {
     /// The command as Redis receives it.
     pub fn to_cmd(&self) -> redis::Cmd {

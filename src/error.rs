@@ -108,6 +108,14 @@ impl Error {
         self.kind == ErrorKind::Timeout
     }
 
+    /// No answer: the store was unreachable, the connection dropped, or the reply did not come
+    /// in time ([`is_connection`](Self::is_connection) or [`is_timeout`](Self::is_timeout)). Any
+    /// other error is an answer, e.g. a command refused by the server (renamed away, denied by
+    /// an ACL).
+    pub fn is_unanswered(&self) -> bool {
+        self.is_connection() || self.is_timeout()
+    }
+
     /// An error reply from a command: the reply's code (`WRONGTYPE`, `NOTLOCK`, `ERR`, ...)
     /// decides the kind, as it does for a real server's reply.
     pub fn from_reply(code: &str, detail: &str) -> Self {

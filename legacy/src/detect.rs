@@ -97,7 +97,7 @@ fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
 
 /// A failure that means "the server refuses this command", not "the server is unreachable".
 fn refused(e: &tairlock::Error) -> bool {
-    !(e.is_connection() || e.is_timeout())
+    !e.is_unanswered()
 }
 
 /// Probe `store`'s server; see the [module docs](self).

@@ -223,7 +223,7 @@ async fn detect_pubsub(con: &ClusterConnection) -> Result<PubSub> {
         Ok(info) => info,
         Err(e) => {
             let e = Error::from(e);
-            if e.is_connection() || e.is_timeout() {
+            if e.is_unanswered() {
                 return Err(e);
             }
             return Ok(PubSub::Classic);

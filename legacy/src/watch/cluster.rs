@@ -119,7 +119,7 @@ impl WatchStore for ClusterStore {
                 Ok(info) => info,
                 Err(e) => {
                     let e = Error::from(e);
-                    if e.is_connection() || e.is_timeout() {
+                    if e.is_unanswered() {
                         return Err(e);
                     }
                     // INFO renamed away or denied by an ACL on this node.

@@ -37,7 +37,7 @@ impl WatchStore for RedisStore {
                 .lines()
                 .find_map(|l| l.strip_prefix("redis_version:"))
                 .map(|v| v.trim().to_owned())),
-            Err(e) if e.is_connection() || e.is_timeout() => Err(e),
+            Err(e) if e.is_unanswered() => Err(e),
             // INFO renamed away or denied by an ACL: the version is simply unknown.
             Err(_) => Ok(None),
         }

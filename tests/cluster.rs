@@ -73,16 +73,7 @@ async fn waiting_is_woken_by_notification(cluster: &RedisCluster, store: &Cluste
     let locks = ExpireLock::new(store.clone());
     for name in names_on_every_master(cluster, "notify:") {
         let guard = locks.lock(&name).await.unwrap();
-        let waiter = {
-            let locks = locks.clone();
-            let name = name.clone();
-            tokio::spawn(async move {
-                let guard = locks.lock(&name).await.unwrap();
-                let got = Instant::now();
-                guard.release().await.unwrap();
-                got
-            })
-        };
+        let waiter = spawn_waiter(&locks, &name);
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!waiter.is_finished(), "{name}: waiter got a held lock");
         let released = Instant::now();
@@ -411,6 +402,17 @@ async fn await_subscribers(
     }
 }
 
+/// A task that waits for `name`, releases it at once, and returns when it got in.
+fn spawn_waiter(locks: &ExpireLock<ClusterStore>, name: &str) -> tokio::task::JoinHandle<Instant> {
+    let (locks, name) = (locks.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let guard = locks.lock(&name).await.unwrap();
+        let got = Instant::now();
+        guard.release().await.unwrap();
+        got
+    })
+}
+
 /// Hold `name` (no watchdog, 30 s lease), start a waiter, and return the lease and the waiter,
 /// once the waiter is waiting.
 async fn hold_with_waiter(
@@ -423,17 +425,7 @@ async fn hold_with_waiter(
         .unwrap()
         .lease()
         .unwrap();
-    let waiter = {
-        let locks = locks.clone();
-        let name = name.to_owned();
-        tokio::spawn(async move {
-            let guard = locks.lock(&name).await.unwrap();
-            let got = Instant::now();
-            guard.release().await.unwrap();
-            got
-        })
-    };
-    (lease, waiter)
+    (lease, spawn_waiter(locks, name))
 }
 
 /// Release `lease` and require the waiter to get in within 3 s: far less than the holder's 30 s
@@ -545,15 +537,7 @@ async fn sharded_subscription_follows_its_slot_to_another_master() {
         .unwrap()
         .lease()
         .unwrap();
-    let waiter = {
-        let locks = locks.clone();
-        tokio::spawn(async move {
-            let guard = locks.lock(name).await.unwrap();
-            let got = Instant::now();
-            guard.release().await.unwrap();
-            got
-        })
-    };
+    let waiter = spawn_waiter(&locks, name);
     await_subscribers(&cluster, from, true, &channel, 1).await;
     {
         let cluster = cluster.clone();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tairlock::guard::Liveness;
+use tairlock::guard::{Liveness, Renewal};
 use tairlock::{Error, ErrorKind, Lease, Result, Store, Unlock};
 use tokio::time::Instant;
 
@@ -167,25 +167,14 @@ impl<S: Store> Hold<S> {
 }
 
 async fn watchdog<S: Store>(hold: Arc<Hold<S>>) {
-    let interval = hold.ttl / 3;
-    let mut wait = interval;
-    loop {
-        tokio::time::sleep(wait).await;
-        let _in_flight = hold.live.renewing().await;
-        match hold.renew_once().await {
-            Ok(true) => wait = interval,
-            Ok(false) => {
-                hold.live.mark_lost();
-                return;
+    let hold = &hold;
+    hold.live
+        .watchdog(hold.ttl / 3, || async move {
+            match hold.renew_once().await {
+                Ok(true) => Renewal::Renewed,
+                Ok(false) => Renewal::Lost,
+                Err(_) => Renewal::Retry,
             }
-            Err(_) => {
-                if hold.live.past_deadline() {
-                    hold.live.mark_lost();
-                    return;
-                }
-                // Try again soon, well before the deadline.
-                wait = hold.live.retry_pause(interval);
-            }
-        }
-    }
+        })
+        .await;
 }

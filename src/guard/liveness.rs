@@ -1,10 +1,23 @@
 //! [`Liveness`]: the loss bookkeeping every guard with a watchdog shares.
 
+use std::future::Future;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// What one renewal attempt of a [`Liveness::watchdog`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renewed in time: the next renewal comes a full interval later.
+    Renewed,
+    /// Not renewed this time (a store error, a renewal the replicas did not acknowledge): try
+    /// again soon, unless the deadline has passed meanwhile.
+    Retry,
+    /// The lease is gone, or its renewal came back too late: lost for good.
+    Lost,
+}
 
 /// Whether a held lease still counts as held, for a guard whose watchdog renews it: the local
 /// deadline of the lease in effect, a *lost* flag that stays set once set, the lock a renewal
@@ -42,6 +55,20 @@ impl Liveness {
     /// A renewal landed: the lease is valid until `deadline` now.
     pub fn set_deadline(&self, deadline: Option<Instant>) {
         *self.deadline.lock() = deadline;
+    }
+
+    /// A renewal landed, valid until `deadline`: [`Renewal::Renewed`], or [`Renewal::Lost`] if
+    /// it landed after the old deadline. A late reply comes too late: the guard has been (or
+    /// could have been) reported lost meanwhile, and "once lost, stays lost". The new deadline
+    /// is taken anyway, so that a release still deletes the renewed lease at once.
+    pub fn renewed(&self, deadline: Option<Instant>) -> Renewal {
+        let late = self.past_deadline();
+        self.set_deadline(deadline);
+        if late {
+            Renewal::Lost
+        } else {
+            Renewal::Renewed
+        }
     }
 
     /// The lease is gone: lost for good.
@@ -108,6 +135,32 @@ impl Liveness {
         let _in_flight = self.renewing().await;
         if let Some(handle) = self.watchdog.lock().take() {
             handle.abort();
+        }
+    }
+
+    /// Run a watchdog: every `interval`, call `renew` with the renewal lock held; after a
+    /// [`Retry`](Renewal::Retry), try again after [`retry_pause`](Self::retry_pause). Returns,
+    /// with the guard marked lost, once a renewal finds it [`Lost`](Renewal::Lost) or a retry
+    /// finds the deadline passed. Spawn it and hand its task to
+    /// [`set_watchdog`](Self::set_watchdog), so a release stops it.
+    pub async fn watchdog<F, Fut>(&self, interval: Duration, mut renew: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Renewal>,
+    {
+        let mut wait = interval;
+        loop {
+            tokio::time::sleep(wait).await;
+            let _in_flight = self.renewing().await;
+            match renew().await {
+                Renewal::Renewed => wait = interval,
+                // Try again soon, well before the deadline.
+                Renewal::Retry if !self.past_deadline() => wait = self.retry_pause(interval),
+                Renewal::Retry | Renewal::Lost => {
+                    self.mark_lost();
+                    return;
+                }
+            }
         }
     }
 

@@ -21,7 +21,7 @@ use crate::store::Store;
 
 mod liveness;
 
-pub use self::liveness::Liveness;
+pub use self::liveness::{Liveness, Renewal};
 
 pub(crate) struct Shared<S: Store> {
     locks: ExpireLock<S>,
@@ -37,10 +37,11 @@ impl<S: Store> Shared<S> {
         self.lease.lock().clone()
     }
 
-    /// Take `lease` as the lease in effect, with its deadline.
-    fn adopt(&self, lease: Lease) {
-        self.live.set_deadline(lease.deadline());
+    /// Take a renewed `lease` as the lease in effect (see [`Liveness::renewed`]).
+    fn adopt(&self, lease: Lease) -> Renewal {
+        let renewal = self.live.renewed(lease.deadline());
         *self.lease.lock() = lease;
+        renewal
     }
 
     async fn release(&self) -> Result<Unlock> {
@@ -53,40 +54,18 @@ impl<S: Store> Shared<S> {
 }
 
 async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
-    let interval = shared.ttl / 3;
-    let mut wait = interval;
-    loop {
-        tokio::time::sleep(wait).await;
-        let _in_flight = shared.live.renewing().await;
-        let current = shared.current();
-        match shared.locks.renew(&shared.name, &current, shared.ttl).await {
-            Ok(Renew::Renewed(lease)) => {
-                // A reply that lands after the old lease's local deadline comes too late: the
-                // guard has been (or could have been) reported lost meanwhile, and "once lost,
-                // stays lost". Adopt the new lease anyway, so a release still deletes it at once
-                // instead of leaving it to its TTL, but stop renewing and keep the guard lost.
-                let late = shared.live.past_deadline();
-                shared.adopt(lease);
-                if late {
-                    shared.live.mark_lost();
-                    return;
-                }
-                wait = interval;
+    let shared = &shared;
+    shared
+        .live
+        .watchdog(shared.ttl / 3, || async move {
+            let current = shared.current();
+            match shared.locks.renew(&shared.name, &current, shared.ttl).await {
+                Ok(Renew::Renewed(lease)) => shared.adopt(lease),
+                Ok(Renew::NotHeld | Renew::HeldByOther) => Renewal::Lost,
+                Err(_) => Renewal::Retry,
             }
-            Ok(Renew::NotHeld | Renew::HeldByOther) => {
-                shared.live.mark_lost();
-                return;
-            }
-            Err(_) => {
-                if shared.live.past_deadline() {
-                    shared.live.mark_lost();
-                    return;
-                }
-                // Try again soon, well before the deadline.
-                wait = shared.live.retry_pause(interval);
-            }
-        }
-    }
+        })
+        .await;
 }
 
 /// A held expire lock. See the [module docs](self).
@@ -192,7 +171,9 @@ impl<S: Store> LockGuard<S> {
             .await?
         {
             Renew::Renewed(lease) => {
-                self.shared.adopt(lease);
+                // `extend` reports the renewal as done even after the old deadline; `is_lost`
+                // already said so if it was asked meanwhile.
+                let _ = self.shared.adopt(lease);
                 Ok(())
             }
             Renew::NotHeld | Renew::HeldByOther => {

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 
 use super::{ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
 use crate::error::Result;
-use crate::guard::Liveness;
+use crate::guard::{Liveness, Renewal};
 use crate::lease::Lease;
 use crate::store::ReplicaStore;
 
@@ -34,10 +34,11 @@ impl<S: ReplicaStore> Shared<S> {
         self.lease.lock().clone()
     }
 
-    /// Take `lease` as the lease in effect, with its deadline.
-    fn adopt(&self, lease: Lease) {
-        self.live.set_deadline(lease.deadline());
+    /// Take a renewed `lease` as the lease in effect (see [`Liveness::renewed`]).
+    fn adopt(&self, lease: Lease) -> Renewal {
+        let renewal = self.live.renewed(lease.deadline());
         *self.lease.lock() = lease;
+        renewal
     }
 
     async fn release(&self) -> Result<ReplicatedRelease> {
@@ -50,65 +51,43 @@ impl<S: ReplicaStore> Shared<S> {
 }
 
 async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
-    let interval = shared.ttl / 3;
-    let mut wait = interval;
-    loop {
-        tokio::time::sleep(wait).await;
-        let _in_flight = shared.live.renewing().await;
-        let current = shared.current();
-        let left = current.remaining().unwrap_or(Duration::ZERO);
-        if left.is_zero() {
-            shared.live.mark_lost();
-            return;
-        }
-        // An acknowledgement that arrives after the acknowledged validity has ended comes too
-        // late to keep the guard: wait for replicas no longer than that.
-        let mut wait_for = shared.lock.wait_for();
-        wait_for.timeout = wait_for.timeout.min(left);
-        let renewed = shared
-            .lock
-            .renew_waiting(&shared.name, &current, shared.ttl, wait_for)
-            .await;
-        match renewed {
-            Ok(ReplicatedRenew::Renewed { lease, .. }) => {
-                // Acknowledged, but after the old deadline: the guard has been (or could have
-                // been) reported lost meanwhile, and "once lost, stays lost". Adopt the lease
-                // anyway so a release deletes it at once, but stop renewing.
-                let late = shared.live.past_deadline();
-                shared.adopt(lease);
-                if late {
-                    shared.live.mark_lost();
-                    return;
-                }
-                wait = interval;
+    let shared = &shared;
+    shared
+        .live
+        .watchdog(shared.ttl / 3, || async move {
+            let current = shared.current();
+            let left = current.remaining().unwrap_or(Duration::ZERO);
+            if left.is_zero() {
+                return Renewal::Lost;
             }
-            Ok(ReplicatedRenew::NotAcknowledged { lease, .. }) => {
-                // The master has the new lease, the replicas may still have the old expiry:
-                // take the new value (the old one no longer matches on the master), keep the
+            // An acknowledgement that arrives after the acknowledged validity has ended comes
+            // too late to keep the guard: wait for replicas no longer than that.
+            let mut wait_for = shared.lock.wait_for();
+            wait_for.timeout = wait_for.timeout.min(left);
+            let renewed = shared
+                .lock
+                .renew_waiting(&shared.name, &current, shared.ttl, wait_for)
+                .await;
+            match renewed {
+                Ok(ReplicatedRenew::Renewed { lease, .. }) => shared.adopt(lease),
+                // The master has the new lease, the replicas may still have the old expiry: take
+                // the new value (the old one no longer matches on the master), keep the
                 // acknowledged deadline, and try again before it passes.
-                shared.adopt(match current.deadline() {
-                    Some(deadline) => lease.with_deadline(deadline),
-                    None => lease,
-                });
-                if shared.live.past_deadline() {
-                    shared.live.mark_lost();
-                    return;
+                Ok(ReplicatedRenew::NotAcknowledged { lease, .. }) => {
+                    let lease = match current.deadline() {
+                        Some(deadline) => lease.with_deadline(deadline),
+                        None => lease,
+                    };
+                    match shared.adopt(lease) {
+                        Renewal::Lost => Renewal::Lost,
+                        _ => Renewal::Retry,
+                    }
                 }
-                wait = shared.live.retry_pause(interval);
+                Ok(ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther) => Renewal::Lost,
+                Err(_) => Renewal::Retry,
             }
-            Ok(ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther) => {
-                shared.live.mark_lost();
-                return;
-            }
-            Err(_) => {
-                if shared.live.past_deadline() {
-                    shared.live.mark_lost();
-                    return;
-                }
-                wait = shared.live.retry_pause(interval);
-            }
-        }
-    }
+        })
+        .await;
 }
 
 /// A held replica-acknowledged lock, from [`ReplicatedLock::try_lock`]. See the

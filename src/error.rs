@@ -55,6 +55,8 @@ impl fmt::Display for ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// The server's error code (`MOVED`, `CLUSTERDOWN`, ...), when the error is a server reply.
+    code: Option<String>,
     #[source]
     source: Option<redis::RedisError>,
 }
@@ -65,6 +67,7 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            code: None,
             source: None,
         }
     }
@@ -116,6 +119,35 @@ impl Error {
         self.is_connection() || self.is_timeout()
     }
 
+    /// The error code of the server's reply (`WRONGTYPE`, `MOVED`, `CLUSTERDOWN`, ...), when
+    /// this error is one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// Worth trying again later with the same request: no answer came
+    /// ([`is_unanswered`](Self::is_unanswered)), or the server could not serve the command *for
+    /// now* and did not run it — a cluster in the middle of a failover or a resharding
+    /// (`CLUSTERDOWN`, `MOVED`, `ASK`, `TRYAGAIN`, `MASTERDOWN`), a server loading its data
+    /// (`LOADING`), a demoted master still addressed as one (`READONLY`), a script running too
+    /// long (`BUSY`). Waiting lock calls retry these within their patience.
+    pub fn is_transient(&self) -> bool {
+        self.is_unanswered()
+            || matches!(
+                self.code(),
+                Some(
+                    "CLUSTERDOWN"
+                        | "MOVED"
+                        | "ASK"
+                        | "TRYAGAIN"
+                        | "MASTERDOWN"
+                        | "LOADING"
+                        | "READONLY"
+                        | "BUSY"
+                )
+            )
+    }
+
     /// An error reply from a command: the reply's code (`WRONGTYPE`, `NOTLOCK`, `ERR`, ...)
     /// decides the kind, as it does for a real server's reply.
     pub fn from_reply(code: &str, detail: &str) -> Self {
@@ -123,7 +155,10 @@ impl Error {
             "WRONGTYPE" | "NOTLOCK" => ErrorKind::WrongType,
             _ => ErrorKind::Server,
         };
-        Error::new(kind, format!("{code} {detail}").trim_end().to_owned())
+        Error {
+            code: Some(code.to_owned()),
+            ..Error::new(kind, format!("{code} {detail}").trim_end().to_owned())
+        }
     }
 }
 
@@ -146,6 +181,7 @@ impl From<redis::RedisError> for Error {
                 _ => ErrorKind::Server,
             }
         };
+        let code = err.code().map(str::to_owned);
         let message = match (err.code(), err.detail()) {
             (Some(code), Some(detail)) => format!("{code} {detail}"),
             _ => err.to_string(),
@@ -163,6 +199,7 @@ impl From<redis::RedisError> for Error {
         Error {
             kind,
             message,
+            code,
             source,
         }
     }
@@ -202,5 +239,26 @@ mod tests {
             ErrorKind::WrongType
         );
         assert_eq!(Error::from_reply("ERR", "x").kind(), ErrorKind::Server);
+    }
+
+    #[test]
+    fn failover_replies_are_transient_and_answers_are_not() {
+        for code in ["CLUSTERDOWN", "MOVED", "TRYAGAIN", "LOADING", "READONLY"] {
+            let err = Error::from_reply(code, "x");
+            assert!(err.is_transient(), "{code}");
+            assert_eq!(err.code(), Some(code));
+        }
+        assert!(Error::new(ErrorKind::Timeout, "t").is_transient());
+        assert!(Error::new(ErrorKind::Connection, "c").is_transient());
+        for code in ["ERR", "WRONGTYPE", "NOPERM", "NOSCRIPT"] {
+            assert!(!Error::from_reply(code, "x").is_transient(), "{code}");
+        }
+        let moved = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::Moved),
+            "An error was signalled by the server",
+            "3999 127.0.0.1:6381".to_owned(),
+        ));
+        let moved = Error::from(moved);
+        assert!(moved.is_transient(), "{moved} {:?}", moved.code());
     }
 }

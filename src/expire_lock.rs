@@ -228,7 +228,8 @@ impl<S: Store> ExpireLock<S> {
     ///   or over [`MAX_TTL`]; nothing is sent.
     /// - [`ErrorKind::WrongType`](crate::ErrorKind::WrongType): the key holds data that is not
     ///   one of our locks; nothing is changed.
-    /// - [`ErrorKind::Connection`](crate::ErrorKind::Connection) after one retry.
+    /// - [`ErrorKind::Connection`](crate::ErrorKind::Connection) or
+    ///   [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when no answer came after one repeat.
     ///
     /// # Cancel safety
     ///
@@ -419,6 +420,19 @@ impl<S: Store> ExpireLock<S> {
         decode_renew(&reply, sent, ttl)
     }
 
+    /// [`renew`](Self::renew) as `attempt`: its nonce, its length, and a deadline dated from
+    /// its first send (a repeat may find the renewal applied then).
+    pub(crate) async fn renew_attempt(
+        &self,
+        name: &str,
+        lease: &Lease,
+        attempt: &crate::guard::RenewalAttempt,
+    ) -> Result<Renew> {
+        let (keys, args) = self.renew_request(name, lease, attempt.ttl, attempt.nonce.clone())?;
+        let reply = self.eval_retrying(&RENEW, &keys, &args).await?;
+        decode_renew(&reply, attempt.sent, attempt.ttl)
+    }
+
     /// Read the lock's state in one atomic snapshot: holder, remaining time, last fence.
     ///
     /// # Errors
@@ -450,11 +464,16 @@ impl<S: Store> ExpireLock<S> {
     /// # Errors
     ///
     /// [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the key holds anything but one
-    /// of our leases: a user's data is never deleted.
+    /// of our leases: a user's data is never deleted. When no reply came
+    /// ([`Error::is_unanswered`]) the lock may or may not have been deleted, and the call is
+    /// **not** repeated: a repeat could delete the lock of the next holder, who may have taken
+    /// it in between. Look with [`inspect`](Self::inspect) before deciding to force again.
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         let keys = self.keys(name)?;
+        // Never repeated (see above): the one script that deletes whoever holds the lock.
         let reply = self
-            .eval_retrying(
+            .store
+            .eval(
                 &FORCE_UNLOCK,
                 &[keys.lock],
                 &[keys.channel, self.publish_command()],
@@ -528,8 +547,10 @@ impl<S: Store> ExpireLock<S> {
             .to_string()
     }
 
-    /// Every script here is safe to repeat (nonces make acquire and renew idempotent; unlock is
-    /// compare-and-delete), so one retry after a dropped connection is harmless.
+    /// Every script sent through here is safe to repeat (nonces make acquire and renew
+    /// idempotent; unlock is compare-and-delete; inspect only reads), so one repeat after no
+    /// answer (a dropped connection or a timeout: the script may have run) is harmless.
+    /// [`force_unlock`](Self::force_unlock) is not: it never comes here.
     async fn eval_retrying(
         &self,
         script: &'static Script,
@@ -537,7 +558,7 @@ impl<S: Store> ExpireLock<S> {
         args: &[String],
     ) -> Result<Reply> {
         match self.store.eval(script, keys, args).await {
-            Err(e) if e.is_connection() => self.store.eval(script, keys, args).await,
+            Err(e) if e.is_unanswered() => self.store.eval(script, keys, args).await,
             other => other,
         }
     }

@@ -1,6 +1,7 @@
 //! [`Liveness`]: the loss bookkeeping every guard with a watchdog shares.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -19,6 +20,26 @@ pub enum Renewal {
     Lost,
 }
 
+/// One renewal request, named by the nonce of the lease it asks for.
+///
+/// Renewals are idempotent by nonce: a repeat of a renewal that was applied finds its own lease
+/// in place and returns it. So a renewal whose outcome is unknown (no reply: a timeout, a
+/// dropped connection) is kept by [`Liveness`] and repeated with the same nonce until a definite
+/// answer comes; a repeat with a new nonce would present the old lease to a server that may
+/// already hold the new one, and be refused as "held by another". The lease a repeat returns
+/// is dated from [`sent`](Self::sent), the *first* send: the server may have applied it then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewalAttempt {
+    /// The nonce of the lease this renewal asks for.
+    pub nonce: String,
+    /// When the first request with this nonce was sent.
+    pub sent: Instant,
+    /// The lease length asked for.
+    pub ttl: Duration,
+    /// Whether a request with this nonce was sent before (its outcome unknown).
+    pub repeat: bool,
+}
+
 /// Whether a held lease still counts as held, for a guard whose watchdog renews it: the local
 /// deadline of the lease in effect, a *lost* flag that stays set once set, the lock a renewal
 /// holds while in flight (so a release or a downgrade never races a lease about to change), and
@@ -34,6 +55,11 @@ pub struct Liveness {
     lost: watch::Sender<bool>,
     renewing: tokio::sync::Mutex<()>,
     watchdog: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Set when a release starts: a watchdog poll that takes the renewal lock after that sends
+    /// nothing.
+    stopped: AtomicBool,
+    /// A renewal sent whose outcome is not known yet.
+    pending: Mutex<Option<RenewalAttempt>>,
 }
 
 impl Liveness {
@@ -44,6 +70,8 @@ impl Liveness {
             lost: watch::channel(false).0,
             renewing: tokio::sync::Mutex::new(()),
             watchdog: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            pending: Mutex::new(None),
         }
     }
 
@@ -63,12 +91,54 @@ impl Liveness {
     /// is taken anyway, so that a release still deletes the renewed lease at once.
     pub fn renewed(&self, deadline: Option<Instant>) -> Renewal {
         let late = self.past_deadline();
+        if late {
+            // Marked before the deadline moves: `is_lost` never reads false in between.
+            self.mark_lost();
+        }
         self.set_deadline(deadline);
         if late {
             Renewal::Lost
         } else {
             Renewal::Renewed
         }
+    }
+
+    /// The renewal to send now, asking for `ttl`: the one whose outcome is still unknown if
+    /// there is one (same nonce, same first send time and length, marked as a repeat), else a
+    /// new one, kept as pending until [`renewal_outcome`](Self::renewal_outcome) learns its
+    /// outcome. Call it with the renewal lock ([`renewing`](Self::renewing)) held.
+    pub fn renewal_attempt(&self, ttl: Duration) -> RenewalAttempt {
+        let mut pending = self.pending.lock();
+        match &mut *pending {
+            Some(attempt) => {
+                attempt.repeat = true;
+                attempt.clone()
+            }
+            None => {
+                let attempt = RenewalAttempt {
+                    nonce: crate::lease::nonce(),
+                    sent: Instant::now(),
+                    ttl,
+                    repeat: false,
+                };
+                *pending = Some(attempt.clone());
+                attempt
+            }
+        }
+    }
+
+    /// The renewal sent last got `outcome`: it stays pending (to be repeated with the same
+    /// nonce) only when no answer came ([`Error::is_unanswered`](crate::Error::is_unanswered));
+    /// any answer settles it.
+    pub fn renewal_outcome<T>(&self, outcome: &crate::Result<T>) {
+        if !matches!(outcome, Err(e) if e.is_unanswered()) {
+            *self.pending.lock() = None;
+        }
+    }
+
+    /// The renewal whose outcome is still unknown, if any.
+    pub fn pending_renewal(&self) -> Option<RenewalAttempt> {
+        self.pending.lock().clone()
     }
 
     /// The lease is gone: lost for good.
@@ -130,8 +200,10 @@ impl Liveness {
         *self.watchdog.lock() = Some(handle);
     }
 
-    /// Stop the watchdog, after any renewal in flight.
+    /// Stop the watchdog, after any renewal in flight. From the moment this is called no new
+    /// renewal starts, even one whose poll was already waiting for the renewal lock.
     pub async fn stop_watchdog(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
         let _in_flight = self.renewing().await;
         if let Some(handle) = self.watchdog.lock().take() {
             handle.abort();
@@ -152,6 +224,10 @@ impl Liveness {
         loop {
             tokio::time::sleep(wait).await;
             let _in_flight = self.renewing().await;
+            if self.stopped.load(Ordering::SeqCst) {
+                // A release started while this poll waited for the lock: send nothing.
+                return;
+            }
             match renew().await {
                 Renewal::Renewed => wait = interval,
                 // Try again soon, well before the deadline.
@@ -172,5 +248,83 @@ impl Liveness {
             d.saturating_duration_since(Instant::now())
         });
         (left / 4).clamp(Duration::from_millis(5).min(interval), interval)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// A watchdog poll that is already waiting for the renewal lock when a release starts
+    /// sends no renewal: the release's stop wins, although the poll takes the lock first.
+    #[tokio::test]
+    async fn no_renewal_starts_after_a_release_started() {
+        let live = Arc::new(Liveness::new(Some(
+            Instant::now() + Duration::from_secs(60),
+        )));
+        let renewals = Arc::new(AtomicUsize::new(0));
+        // Something else (an `extend`) holds the renewal lock while the poll comes due.
+        let busy = live.renewing().await;
+        let watchdog = {
+            let (live, renewals) = (live.clone(), renewals.clone());
+            tokio::spawn(async move {
+                live.watchdog(Duration::from_millis(10), || {
+                    renewals.fetch_add(1, Ordering::SeqCst);
+                    async { Renewal::Renewed }
+                })
+                .await;
+            })
+        };
+        live.set_watchdog(watchdog.abort_handle());
+        // The poll is due and queued on the lock, ahead of the release below.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let release = {
+            let live = live.clone();
+            tokio::spawn(async move { live.stop_watchdog().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(busy);
+        release.await.unwrap();
+        let _ = watchdog.await;
+        assert_eq!(
+            renewals.load(Ordering::SeqCst),
+            0,
+            "a renewal was sent after the release started"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_renewal_is_repeated_with_its_nonce() {
+        let live = Liveness::new(None);
+        let first = live.renewal_attempt(Duration::from_secs(3));
+        assert!(!first.repeat);
+        live.renewal_outcome::<()>(&Err(crate::Error::new(
+            crate::ErrorKind::Timeout,
+            "no reply",
+        )));
+        let again = live.renewal_attempt(Duration::from_secs(9));
+        assert!(again.repeat);
+        assert_eq!(
+            (&again.nonce, again.sent, again.ttl),
+            (&first.nonce, first.sent, first.ttl)
+        );
+        live.renewal_outcome(&Ok(()));
+        assert_eq!(live.pending_renewal(), None);
+        let fresh = live.renewal_attempt(Duration::from_secs(3));
+        assert_ne!(fresh.nonce, first.nonce);
+        live.renewal_outcome::<()>(&Err(crate::Error::from_reply("ERR", "refused")));
+        assert_eq!(live.pending_renewal(), None, "an answer settles it");
+    }
+
+    #[test]
+    fn a_late_renewal_marks_lost_for_good() {
+        let live = Liveness::new(Some(Instant::now()));
+        std::thread::sleep(Duration::from_millis(2));
+        let later = Instant::now() + Duration::from_secs(60);
+        assert_eq!(live.renewed(Some(later)), Renewal::Lost);
+        assert!(live.is_lost());
     }
 }

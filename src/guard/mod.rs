@@ -2,9 +2,11 @@
 //!
 //! A [`LockGuard`] owns one lease. Without an explicit lease time the guard runs a **watchdog**:
 //! a task that renews the lease at a third of its length for as long as the guard lives, and
-//! stops on release and on drop. When a renewal finds the lease gone (it expired, or someone
-//! force-unlocked it) or cannot reach the server before the lease's local deadline, the guard is
-//! marked lost: [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, so the
+//! stops on release and on drop. A renewal whose reply does not come (a timeout, a dropped
+//! connection) may have been applied: it is repeated with the same nonce until an answer comes,
+//! so a slow server never makes a live holder give up. When a renewal finds the lease gone (it
+//! expired, or someone force-unlocked it) or no renewal is answered before the lease's local
+//! deadline, the guard is marked lost: [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, so the
 //! critical section can stop ([`ExpireLock::with_lock`](crate::ExpireLock::with_lock) does this
 //! for you).
 
@@ -21,7 +23,7 @@ use crate::store::Store;
 
 mod liveness;
 
-pub use self::liveness::{Liveness, Renewal};
+pub use self::liveness::{Liveness, Renewal, RenewalAttempt};
 
 pub(crate) struct Shared<S: Store> {
     locks: ExpireLock<S>,
@@ -44,8 +46,29 @@ impl<S: Store> Shared<S> {
         renewal
     }
 
+    /// One renewal to `ttl`: the pending one if a reply was lost (same nonce), else a new one.
+    /// Call with the renewal lock held. Returns the attempt's length and outcome.
+    async fn renew(&self, ttl: Duration) -> (Duration, Result<Renew>) {
+        let current = self.current();
+        let attempt = self.live.renewal_attempt(ttl);
+        let outcome = self
+            .locks
+            .renew_attempt(&self.name, &current, &attempt)
+            .await;
+        self.live.renewal_outcome(&outcome);
+        (attempt.ttl, outcome)
+    }
+
     async fn release(&self) -> Result<Unlock> {
         self.live.stop_watchdog().await;
+        if let Some(attempt) = self.live.pending_renewal() {
+            // A renewal whose reply was lost may have rotated the lease: learn the lease in
+            // effect (one repeat, same nonce), so the release deletes it rather than missing.
+            let _in_flight = self.live.renewing().await;
+            if let (_, Ok(Renew::Renewed(lease))) = self.renew(attempt.ttl).await {
+                let _ = self.adopt(lease);
+            }
+        }
         let lease = self.current();
         let outcome = self.locks.expire_unlock(&self.name, &lease).await;
         self.live.mark_lost();
@@ -58,10 +81,11 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
     shared
         .live
         .watchdog(shared.ttl / 3, || async move {
-            let current = shared.current();
-            match shared.locks.renew(&shared.name, &current, shared.ttl).await {
+            match shared.renew(shared.ttl).await.1 {
                 Ok(Renew::Renewed(lease)) => shared.adopt(lease),
                 Ok(Renew::NotHeld | Renew::HeldByOther) => Renewal::Lost,
+                // No answer: repeated with the same nonce until one comes or the deadline
+                // passes. A refusal (an error reply): tried again the same way.
                 Err(_) => Renewal::Retry,
             }
         })
@@ -160,28 +184,32 @@ impl<S: Store> LockGuard<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::LeaseLost`] when the lease is gone; store errors.
+    /// [`ErrorKind::LeaseLost`] when the lease is gone; store errors. When no reply came
+    /// ([`Error::is_unanswered`]) the extension may have been applied: the guard is not lost by
+    /// it, and the next `extend` (or watchdog renewal) repeats it with the same nonce, which
+    /// finds it applied if it was (a renewal whose reply was lost is settled first, at its own
+    /// length, before one of another length is sent).
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
         let _in_flight = self.shared.live.renewing().await;
-        let current = self.shared.current();
-        match self
-            .shared
-            .locks
-            .renew(&self.shared.name, &current, ttl)
-            .await?
-        {
-            Renew::Renewed(lease) => {
-                // `extend` reports the renewal as done even after the old deadline; `is_lost`
-                // already said so if it was asked meanwhile.
-                let _ = self.shared.adopt(lease);
-                Ok(())
-            }
-            Renew::NotHeld | Renew::HeldByOther => {
-                self.shared.live.mark_lost();
-                Err(Error::new(
-                    ErrorKind::LeaseLost,
-                    format!("the lease on {} is gone", self.shared.name),
-                ))
+        loop {
+            match self.shared.renew(ttl).await {
+                (asked, Ok(Renew::Renewed(lease))) => {
+                    // `extend` reports the renewal as done even after the old deadline;
+                    // `is_lost` already said so if it was asked meanwhile.
+                    let _ = self.shared.adopt(lease);
+                    if asked == ttl {
+                        return Ok(());
+                    }
+                    // That settled an earlier renewal of another length: now this one.
+                }
+                (_, Ok(Renew::NotHeld | Renew::HeldByOther)) => {
+                    self.shared.live.mark_lost();
+                    return Err(Error::new(
+                        ErrorKind::LeaseLost,
+                        format!("the lease on {} is gone", self.shared.name),
+                    ));
+                }
+                (_, Err(e)) => return Err(e),
             }
         }
     }

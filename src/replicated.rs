@@ -65,6 +65,7 @@ use crate::error::Result;
 use crate::expire_lock::{
     Acquire, ExpireLock, Renew, Unlock, decode_acquire, decode_renew, decode_unlock,
 };
+use crate::guard::RenewalAttempt;
 use crate::lease::{Lease, nonce};
 use crate::script::{Reply, Script};
 use crate::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW};
@@ -454,8 +455,7 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
         })
     }
 
-    /// [`renew`](Self::renew) with its own wait (the guard's watchdog bounds the `WAIT` by the
-    /// validity left).
+    /// [`renew`](Self::renew) with its own wait.
     async fn renew_waiting(
         &self,
         name: &str,
@@ -463,20 +463,55 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
         ttl: Duration,
         wait: WaitFor,
     ) -> Result<ReplicatedRenew> {
+        let attempt = RenewalAttempt {
+            nonce: nonce(),
+            sent: tokio::time::Instant::now(),
+            ttl,
+            repeat: false,
+        };
+        self.renew_attempt(name, lease, &attempt, wait, false).await
+    }
+
+    /// One renewal as `attempt`: its nonce, its length, dated from its first send (the guard's
+    /// watchdog repeats a renewal whose reply was lost with the same nonce, and bounds the
+    /// `WAIT` by the validity left).
+    ///
+    /// A reply that came from a repeat (here, or a repeat of an earlier attempt) may have found
+    /// the lost attempt's renewal in place and written nothing, so its `WAIT` proves nothing.
+    /// Then, with `settle_repeat`, the renewed lease comes back as
+    /// [`NotAcknowledged`](ReplicatedRenew::NotAcknowledged) (the caller adopts it and renews
+    /// again with a new nonce); without, it is renewed once more here (a write of this
+    /// connection's own, not repeated) and that is counted.
+    pub(crate) async fn renew_attempt(
+        &self,
+        name: &str,
+        lease: &Lease,
+        attempt: &RenewalAttempt,
+        wait: WaitFor,
+        settle_repeat: bool,
+    ) -> Result<ReplicatedRenew> {
         let mut lease = lease.clone();
+        let (mut nonce_now, mut sent, mut repeat) =
+            (attempt.nonce.clone(), attempt.sent, attempt.repeat);
         let mut retry = true;
         loop {
-            let (keys, args) = self.locks.renew_request(name, &lease, ttl, nonce())?;
-            let sent = tokio::time::Instant::now();
+            let (keys, args) = self
+                .locks
+                .renew_request(name, &lease, attempt.ttl, nonce_now)?;
             let (reply, acks, repeated) =
                 self.eval_acked(&RENEW, &keys, &args, wait, retry).await?;
-            match decode_renew(&reply, sent, ttl)? {
-                // The repeat may have found the lost attempt's renewal in place and written
-                // nothing, so its WAIT proves nothing: renew once more (a write of this
-                // connection's own, not repeated) and count that.
-                Renew::Renewed(renewed) if repeated => {
+            match decode_renew(&reply, sent, attempt.ttl)? {
+                Renew::Renewed(renewed) if (repeated || repeat) && settle_repeat => {
+                    return Ok(ReplicatedRenew::NotAcknowledged {
+                        lease: renewed,
+                        acks: Acks { replicas: 0 },
+                        required: wait.replicas,
+                    });
+                }
+                Renew::Renewed(renewed) if repeated || repeat => {
                     lease = renewed;
-                    retry = false;
+                    (nonce_now, sent, repeat, retry) =
+                        (nonce(), tokio::time::Instant::now(), false, false);
                 }
                 Renew::Renewed(lease) if acks.replicas >= wait.replicas => {
                     return Ok(ReplicatedRenew::Renewed { lease, acks });
@@ -494,8 +529,8 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
         }
     }
 
-    /// One script + `WAIT`; with `retry`, once more after a dropped connection (every expire
-    /// script is safe to repeat). The flag says the reply came from the repeat, whose `WAIT`
+    /// One script + `WAIT`; with `retry`, once more when no answer came (a dropped connection or
+    /// a timeout; every expire script sent here is safe to repeat). The flag says the reply came from the repeat, whose `WAIT`
     /// runs on a new connection and may not count the lost attempt's write.
     async fn eval_acked(
         &self,
@@ -507,7 +542,7 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
     ) -> Result<(Reply, Acks, bool)> {
         let store = self.locks.store();
         match store.eval_wait(script, keys, args, wait).await {
-            Err(e) if retry && e.is_connection() => {
+            Err(e) if retry && e.is_unanswered() => {
                 let (reply, acks) = store.eval_wait(script, keys, args, wait).await?;
                 Ok((reply, acks, true))
             }

@@ -41,8 +41,39 @@ impl<S: ReplicaStore> Shared<S> {
         renewal
     }
 
+    /// One renewal with the renewal lock held: the pending one if its reply was lost (same
+    /// nonce, dated from its first send), else a new one, waiting for `wait_for`.
+    async fn renew(&self, wait_for: crate::store::WaitFor) -> Result<ReplicatedRenew> {
+        let current = self.current();
+        let attempt = self.live.renewal_attempt(self.ttl);
+        let outcome = self
+            .lock
+            .renew_attempt(&self.name, &current, &attempt, wait_for, true)
+            .await;
+        self.live.renewal_outcome(&outcome);
+        outcome
+    }
+
     async fn release(&self) -> Result<ReplicatedRelease> {
         self.live.stop_watchdog().await;
+        if self.live.pending_renewal().is_some() {
+            // A renewal whose reply was lost may have rotated the lease: learn the lease in
+            // effect (one repeat, same nonce), so the release deletes it rather than missing.
+            let _in_flight = self.live.renewing().await;
+            let mut wait_for = self.lock.wait_for();
+            wait_for.replicas = 0;
+            if let Ok(
+                ReplicatedRenew::Renewed { lease, .. }
+                | ReplicatedRenew::NotAcknowledged { lease, .. },
+            ) = self.renew(wait_for).await
+            {
+                let lease = match self.current().deadline() {
+                    Some(deadline) => lease.with_deadline(deadline),
+                    None => lease,
+                };
+                *self.lease.lock() = lease;
+            }
+        }
         let lease = self.current();
         let outcome = self.lock.release(&self.name, &lease).await;
         self.live.mark_lost();
@@ -64,13 +95,10 @@ async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
             // too late to keep the guard: wait for replicas no longer than that.
             let mut wait_for = shared.lock.wait_for();
             wait_for.timeout = wait_for.timeout.min(left);
-            let renewed = shared
-                .lock
-                .renew_waiting(&shared.name, &current, shared.ttl, wait_for)
-                .await;
-            match renewed {
+            match shared.renew(wait_for).await {
                 Ok(ReplicatedRenew::Renewed { lease, .. }) => shared.adopt(lease),
-                // The master has the new lease, the replicas may still have the old expiry: take
+                // The master has the new lease, the replicas may still have the old expiry (or a
+                // repeat found a renewal whose reply was lost, and its WAIT proved nothing): take
                 // the new value (the old one no longer matches on the master), keep the
                 // acknowledged deadline, and try again before it passes.
                 Ok(ReplicatedRenew::NotAcknowledged { lease, .. }) => {
@@ -84,6 +112,8 @@ async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
                     }
                 }
                 Ok(ReplicatedRenew::NotHeld | ReplicatedRenew::HeldByOther) => Renewal::Lost,
+                // No answer: repeated with the same nonce until one comes or the acknowledged
+                // validity ends.
                 Err(_) => Renewal::Retry,
             }
         })

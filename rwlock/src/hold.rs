@@ -80,34 +80,60 @@ impl<S: Store> Hold<S> {
         self.live.lost().await;
     }
 
-    /// One renewal: true while the lease is still ours.
-    async fn renew_once(&self) -> Result<bool> {
-        match self.credential() {
-            Credential::Read(nonce) => {
-                match self.rw.read_renew(&self.name, &nonce, self.ttl).await? {
-                    Some(lease) => {
-                        self.live.set_deadline(Some(lease.deadline()));
-                        Ok(true)
-                    }
-                    None => Ok(false),
+    /// One renewal, with the renewal lock held: the pending one if its reply was lost (same
+    /// nonce, dated from its first send), else a new one.
+    async fn renew_once(&self) -> Result<Renewal> {
+        let attempt = self.live.renewal_attempt(self.ttl);
+        let outcome = match self.credential() {
+            // A reader's renewal is keyed by its own nonce: a repeat simply renews again.
+            Credential::Read(nonce) => self
+                .rw
+                .read_renew(&self.name, &nonce, attempt.ttl)
+                .await
+                .map(|renewed| renewed.map(|_| None)),
+            Credential::Write(lease) => self
+                .rw
+                .write_renew_as(
+                    &self.name,
+                    &lease,
+                    attempt.ttl,
+                    attempt.nonce.clone(),
+                    attempt.sent,
+                )
+                .await
+                .map(|renewed| renewed.map(|w| Some(w.lease().clone()))),
+        };
+        self.live.renewal_outcome(&outcome);
+        Ok(match outcome? {
+            Some(write) => {
+                if let Some(lease) = write {
+                    *self.cred.lock() = Credential::Write(lease);
                 }
+                // Dated from the first send of this renewal; a reply that lands after the old
+                // deadline marks the hold lost for good.
+                self.live
+                    .renewed(Some(crate::lock::deadline(attempt.sent, attempt.ttl)))
             }
-            Credential::Write(lease) => {
-                match self.rw.write_renew(&self.name, &lease, self.ttl).await? {
-                    Some(renewed) => {
-                        self.live.set_deadline(Some(renewed.deadline()));
-                        *self.cred.lock() = Credential::Write(renewed.lease().clone());
-                        Ok(true)
-                    }
-                    None => Ok(false),
-                }
-            }
+            None => Renewal::Lost,
+        })
+    }
+
+    /// Before a release or a downgrade: if a renewal's reply was lost, repeat it once (same
+    /// nonce) to learn the lease in effect, so that what is presented next matches. Call with
+    /// the renewal lock held.
+    async fn settle_pending(&self) {
+        if self.live.pending_renewal().is_some() {
+            let _ = self.renew_once().await;
         }
     }
 
     /// Stop renewing and give the lease back.
     pub(crate) async fn release(&self) -> Result<Release> {
         self.live.stop_watchdog().await;
+        {
+            let _in_flight = self.live.renewing().await;
+            self.settle_pending().await;
+        }
         let outcome = match self.credential() {
             Credential::Read(nonce) => {
                 self.rw
@@ -138,6 +164,7 @@ impl<S: Store> Hold<S> {
     /// Turn the write lease into a read lease, atomically on the server.
     pub(crate) async fn downgrade(&self) -> Result<()> {
         let _in_flight = self.live.renewing().await;
+        self.settle_pending().await;
         let Credential::Write(lease) = self.credential() else {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
@@ -170,11 +197,8 @@ async fn watchdog<S: Store>(hold: Arc<Hold<S>>) {
     let hold = &hold;
     hold.live
         .watchdog(hold.ttl / 3, || async move {
-            match hold.renew_once().await {
-                Ok(true) => Renewal::Renewed,
-                Ok(false) => Renewal::Lost,
-                Err(_) => Renewal::Retry,
-            }
+            // No answer: repeated with the same nonce until one comes or the deadline passes.
+            hold.renew_once().await.unwrap_or(Renewal::Retry)
         })
         .await;
 }

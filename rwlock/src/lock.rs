@@ -645,9 +645,22 @@ impl<S: Store> RwLock<S> {
         current: &Lease,
         lease: Duration,
     ) -> Result<Option<WriteLease>> {
+        self.write_renew_as(name, current, lease, tairlock::new_nonce(), Instant::now())
+            .await
+    }
+
+    /// [`write_renew`](Self::write_renew) with the renewed lease's `nonce`, dated from `sent`:
+    /// a repeat of a renewal whose reply was lost uses the same nonce and the first send time.
+    pub(crate) async fn write_renew_as(
+        &self,
+        name: &str,
+        current: &Lease,
+        lease: Duration,
+        nonce: String,
+        sent: Instant,
+    ) -> Result<Option<WriteLease>> {
         let keys = self.keys(name)?;
         let lease_ms = tairlock::ttl_ms(lease)?;
-        let sent = Instant::now();
         let reply = self
             .eval(
                 &RENEW,
@@ -655,7 +668,7 @@ impl<S: Store> RwLock<S> {
                 &[
                     current.value().to_owned(),
                     lease_ms.to_string(),
-                    tairlock::new_nonce(),
+                    nonce,
                     self.retention_ms(),
                 ],
             )
@@ -850,8 +863,9 @@ impl<S: Store> RwLock<S> {
             .to_string()
     }
 
-    /// Every script here is safe to repeat (nonces make acquires idempotent; releases compare),
-    /// so one retry after a dropped connection is harmless.
+    /// Every script here is safe to repeat (nonces make acquires and renewals idempotent;
+    /// releases compare), so one repeat after no answer (a dropped connection or a timeout: the
+    /// script may have run) is harmless.
     async fn eval(
         &self,
         script: &'static Script,
@@ -859,7 +873,7 @@ impl<S: Store> RwLock<S> {
         args: &[String],
     ) -> Result<Reply> {
         match self.store.eval(script, keys, args).await {
-            Err(e) if e.is_connection() => self.store.eval(script, keys, args).await,
+            Err(e) if e.is_unanswered() => self.store.eval(script, keys, args).await,
             other => other,
         }
     }

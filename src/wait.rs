@@ -102,14 +102,81 @@ impl<S: Store> Drop for CancelCleanup<S> {
         };
         let (locks, name, ttl) = (self.locks.clone(), self.name.clone(), self.ttl);
         crate::blocking::spawn_handle(locks.store().runtime()).spawn(async move {
-            // Repeating the acquire with the same nonce returns our lease if the cancelled call
-            // took the lock (and takes it if free); either way we then release it.
-            if let Ok(Acquire::Acquired(lease)) =
-                locks.expire_lock_with_nonce(&name, ttl, nonce).await
-            {
-                let _ = locks.expire_unlock(&name, &lease).await;
+            // Repeating the acquire with the same nonce returns our lease if the lost attempt
+            // took the lock (and takes it if free); either way we then release it. Without an
+            // answer (the server is slow or failing over) try again until the lease would have
+            // run out anyway.
+            let give_up = Instant::now() + ttl;
+            let lease = loop {
+                match locks
+                    .expire_lock_with_nonce(&name, ttl, nonce.clone())
+                    .await
+                {
+                    Ok(Acquire::Acquired(lease)) => break lease,
+                    Err(e) if e.is_transient() && pause(give_up).await => {}
+                    _ => return,
+                }
+            };
+            loop {
+                match locks.expire_unlock(&name, &lease).await {
+                    Err(e) if e.is_transient() && pause(give_up).await => {}
+                    _ => return,
+                }
             }
         });
+    }
+}
+
+/// How long a waiting call rides through errors that a failover produces when it has no
+/// deadline of its own ([`ExpireLock::lock`]): a failover settles well within this.
+pub(crate) const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Sleep a jittered 50–250 ms before trying again, if that ends before `give_up`; false
+/// (without sleeping) otherwise.
+async fn pause(give_up: Instant) -> bool {
+    let pause = Duration::from_millis(rand::rng().random_range(50..250));
+    if Instant::now() + pause >= give_up {
+        return false;
+    }
+    tokio::time::sleep(pause).await;
+    true
+}
+
+/// Back-off between attempts that met a transient error (a failover, a timeout): doubling from
+/// 50 ms up to 1 s, jittered.
+#[derive(Debug)]
+pub(crate) struct Transient {
+    next: Duration,
+    since: Option<Instant>,
+}
+
+impl Transient {
+    pub(crate) fn new() -> Self {
+        Transient {
+            next: Duration::from_millis(50),
+            since: None,
+        }
+    }
+
+    /// An attempt was answered: the next transient error starts a new episode.
+    pub(crate) fn answered(&mut self) {
+        *self = Transient::new();
+    }
+
+    /// After a transient error: sleep and return true when another attempt fits before
+    /// `deadline` (for `None`, within [`FAILOVER_PATIENCE`] of the first error in a row); false
+    /// (at once) when the caller should give up and return the error.
+    pub(crate) async fn wait(&mut self, deadline: Option<Instant>) -> bool {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let deadline = deadline.unwrap_or(since + FAILOVER_PATIENCE);
+        let pause = self.next.mul_f64(rand::rng().random_range(0.5..1.0));
+        if now + pause >= deadline {
+            return false;
+        }
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(pause).await;
+        true
     }
 }
 
@@ -158,24 +225,48 @@ impl<S: Store> ExpireLock<S> {
                 WaitStrategy::Poll { min, .. } => min,
                 WaitStrategy::Notify => Duration::from_millis(10),
             };
+            // Armed while an attempt's outcome is unknown: on cancel, or on an error the call
+            // returns, it releases whatever the attempt's nonce may hold.
+            let mut cleanup = CancelCleanup {
+                locks: self.clone(),
+                name: name.to_owned(),
+                ttl,
+                nonce: None,
+            };
+            let mut transient = Transient::new();
             loop {
                 let notified = watch.as_ref().map(|w| w.notified());
                 let mut notified = pin!(notified);
                 if let Some(n) = notified.as_mut().as_pin_mut() {
                     n.enable();
                 }
-                let mut cleanup = CancelCleanup {
-                    locks: self.clone(),
-                    name: name.to_owned(),
-                    ttl,
-                    nonce: Some(nonce()),
-                };
-                let attempt_nonce = cleanup.nonce.clone().expect("set above");
+                // A new nonce per answered attempt; after no answer, the same one again, so a
+                // repeat finds a grant the lost attempt made.
+                let attempt_nonce = cleanup.nonce.get_or_insert_with(nonce).clone();
                 let outcome = self.expire_lock_with_nonce(name, ttl, attempt_nonce).await;
-                cleanup.nonce = None;
-                let remaining = match outcome? {
-                    Acquire::Acquired(lease) => return Ok(Some(lease)),
-                    Acquire::Held { remaining, .. } => remaining,
+                let remaining = match outcome {
+                    Ok(Acquire::Acquired(lease)) => {
+                        cleanup.nonce = None;
+                        return Ok(Some(lease));
+                    }
+                    Ok(Acquire::Held { remaining, .. }) => {
+                        cleanup.nonce = None;
+                        transient.answered();
+                        remaining
+                    }
+                    // A failover, a slow server: a waiting call tries again within its patience
+                    // (a single attempt returns the error at once). The cleanup stays armed.
+                    Err(e) if e.is_transient() && patience != Patience::Once => {
+                        let deadline = match patience {
+                            Patience::Until(deadline) => Some(deadline),
+                            _ => None,
+                        };
+                        if transient.wait(deadline).await {
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                    Err(e) => return Err(e),
                 };
                 let now = Instant::now();
                 let wake = match patience {
@@ -250,14 +341,21 @@ impl<S: Store> ExpireLock<S> {
     /// Waits by notification (or polling, per [`Options::wait`](crate::Options::wait)), bounded
     /// by the holder's remaining time, in a fair local queue.
     ///
+    /// While waiting it rides through what a failover or a slow server produces
+    /// ([`Error::is_transient`]: no answer, `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`,
+    /// `READONLY`, ...): the attempt is repeated with backoff, with the same nonce when no answer
+    /// came, so a grant the lost attempt made is found rather than orphaned.
+    ///
     /// # Errors
     ///
-    /// Invalid name or TTL; the key holds data that is not ours; store errors.
+    /// Invalid name or TTL; the key holds data that is not ours; store errors other than
+    /// transient ones, and transient ones that last over a minute in a row.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: if the future is dropped while a request was in flight, a background task
-    /// releases whatever that request may have acquired, and the TTL bounds it in any case.
+    /// Cancel safe: if the future is dropped while a request was in flight, or returns an error
+    /// after one whose outcome is unknown, a background task releases whatever that request may
+    /// have acquired, and the TTL bounds it in any case.
     ///
     /// # Examples
     ///
@@ -285,7 +383,8 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// # Errors
     ///
-    /// As [`lock`](Self::lock).
+    /// As [`lock`](Self::lock), except that transient errors ([`Error::is_transient`]) are
+    /// returned at once: one attempt means one attempt.
     ///
     /// # Cancel safety
     ///
@@ -298,7 +397,8 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// # Errors
     ///
-    /// As [`lock`](Self::lock).
+    /// As [`lock`](Self::lock); transient errors are retried until `timeout`, then the last one
+    /// is returned.
     ///
     /// # Cancel safety
     ///

@@ -9,7 +9,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tairlock::{Owner, Result, Store, WaitStrategy};
+use tairlock::{Error, Owner, Result, Store, WaitStrategy};
 use tokio::time::Instant;
 
 use crate::guard::{GuardNoSend, ReadGuard, Slot, WriteGuard};
@@ -39,6 +39,56 @@ impl Patience {
 
 /// How long to wait when the server could not say how long the blocker holds on.
 const UNKNOWN_WAIT: Duration = Duration::from_millis(250);
+
+/// How long a waiting call without a deadline of its own rides through errors that a failover
+/// produces: a failover settles well within this.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Back-off between attempts that met a transient error ([`Error::is_transient`]: no answer, a
+/// failover's `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`, `READONLY`): doubling from 50 ms up
+/// to 1 s, jittered. The attempt is repeated with the acquisition's nonce, so a repeat finds an
+/// admission the lost attempt made.
+#[derive(Debug)]
+struct Transient {
+    next: Duration,
+    since: Option<Instant>,
+}
+
+impl Transient {
+    fn new() -> Self {
+        Transient {
+            next: Duration::from_millis(50),
+            since: None,
+        }
+    }
+
+    /// An attempt was answered: the next transient error starts a new episode.
+    fn answered(&mut self) {
+        *self = Transient::new();
+    }
+
+    /// After `err`: sleep and return true when it is transient, the call waits, and another
+    /// attempt fits in its patience (for `Forever`, within [`FAILOVER_PATIENCE`] of the first
+    /// error in a row); false at once when the call should return the error. A single attempt
+    /// (`Once`) returns it at once.
+    async fn ride(&mut self, err: &Error, patience: Patience) -> bool {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let deadline = match patience {
+            Patience::Once => return false,
+            _ if !err.is_transient() => return false,
+            Patience::Until(deadline) => deadline,
+            Patience::Forever => since + FAILOVER_PATIENCE,
+        };
+        let pause = self.next.mul_f64(rand::random_range(0.5..1.0));
+        if now + pause >= deadline {
+            return false;
+        }
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(pause).await;
+        true
+    }
+}
 
 /// Armed while something this acquisition sent may still be on the server (an admission whose
 /// reply never came, a writer's intent): on drop while armed (cancelled, or failed), undoes it in
@@ -141,6 +191,7 @@ impl<S: Store> RwLock<S> {
                 nonce: tairlock::new_nonce(),
                 armed: false,
             };
+            let mut transient = Transient::new();
             loop {
                 if std::mem::take(&mut subscribe) {
                     let deadline = match patience {
@@ -158,8 +209,8 @@ impl<S: Store> RwLock<S> {
                 cleanup.armed = true;
                 let nonce = cleanup.nonce.clone();
                 let remaining = match mode {
-                    Mode::Read => match self.read_acquire(name, &nonce, ttl).await? {
-                        ReadAttempt::Acquired { lease, .. } => {
+                    Mode::Read => match self.read_acquire(name, &nonce, ttl).await {
+                        Ok(ReadAttempt::Acquired { lease, .. }) => {
                             cleanup.armed = false;
                             let cred = Credential::Read(nonce);
                             return Ok(Some(Hold::start(
@@ -170,10 +221,12 @@ impl<S: Store> RwLock<S> {
                                 lease.deadline(),
                             )));
                         }
-                        ReadAttempt::Blocked { remaining, .. } => remaining,
+                        Ok(ReadAttempt::Blocked { remaining, .. }) => remaining,
+                        Err(e) if transient.ride(&e, patience).await => continue,
+                        Err(e) => return Err(e),
                     },
-                    Mode::Write => match self.write_acquire(name, &nonce, ttl, intent).await? {
-                        WriteAttempt::Acquired(lease) => {
+                    Mode::Write => match self.write_acquire(name, &nonce, ttl, intent).await {
+                        Ok(WriteAttempt::Acquired(lease)) => {
                             cleanup.armed = false;
                             let cred = Credential::Write(lease.lease().clone());
                             return Ok(Some(Hold::start(
@@ -184,9 +237,12 @@ impl<S: Store> RwLock<S> {
                                 lease.deadline(),
                             )));
                         }
-                        WriteAttempt::Blocked { remaining, .. } => remaining,
+                        Ok(WriteAttempt::Blocked { remaining, .. }) => remaining,
+                        Err(e) if transient.ride(&e, patience).await => continue,
+                        Err(e) => return Err(e),
                     },
                 };
+                transient.answered();
                 // A refused read left nothing behind; a refused write may have left its intent.
                 cleanup.armed = intent.is_some();
                 let now = Instant::now();
@@ -298,10 +354,18 @@ impl<S: Store> RwLock<S> {
     /// waits would wait behind that writer, which waits for the first read — use
     /// [`read_as`](Self::read_as) with an [`Owner`] for reentrant reads.
     ///
+    /// While waiting it rides through what a failover or a slow server produces
+    /// ([`Error::is_transient`]: no answer, `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`,
+    /// `READONLY`, ...): the attempt is repeated with backoff and the same nonce, so an admission
+    /// the lost attempt made is found rather than orphaned. The single-attempt calls
+    /// (`try_read`, `try_write`, ...) return those errors at once.
+    ///
     /// # Errors
     ///
     /// Invalid name or lease; a key holds data that is not this lock's
-    /// ([`ErrorKind::WrongType`](tairlock::ErrorKind::WrongType)); store errors.
+    /// ([`ErrorKind::WrongType`](tairlock::ErrorKind::WrongType)); store errors other than
+    /// transient ones, and transient ones that outlast the patience (a minute in a row for the
+    /// calls that wait forever).
     ///
     /// # Cancel safety
     ///

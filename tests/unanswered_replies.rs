@@ -1,0 +1,497 @@
+//! Replies that never come (issue 12, items 1, 4, 7 and `force_unlock`), on a real
+//! `redis-server`.
+//!
+//! Two ways to lose a reply, both to a command the server applied:
+//! - the server is put to sleep from another connection (`DEBUG SLEEP`, the server started with
+//!   `--enable-debug-command yes`) while the store's `response_timeout` is short: the command
+//!   is queued, times out on the client, and is applied when the server wakes;
+//! - [`LoseReply`], a store wrapper that runs a script on the real server and then reports a
+//!   connection error instead of its reply (optionally after running a hook, e.g. another
+//!   client taking the lock, in between).
+//!
+//! What must hold: a renewal whose outcome is unknown is repeated with the same nonce, so the
+//! hold survives; an acquire whose reply was lost leaves nothing held; `force_unlock` is never
+//! repeated blindly; an RwLock hold once lost stays lost.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use support::RedisServer;
+use tairlock::store::redis::RedisOptions;
+use tairlock::{
+    Error, ErrorKind, ExpireLock, Options, RedisStore, Script, Store, Ttl, Unlock, WaitStrategy,
+};
+use tairlock_rwlock::RwLock;
+
+/// The lease of the guards here: renewed every second.
+const LEASE: Duration = Duration::from_secs(3);
+/// The stores' response timeout: a command queued behind a `DEBUG SLEEP` times out.
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(250);
+
+fn debug_server() -> RedisServer {
+    RedisServer::start_with_args(&["--enable-debug-command", "yes"])
+}
+
+async fn quick_store(server: &RedisServer) -> RedisStore {
+    let mut options = RedisOptions::default();
+    options.response_timeout = RESPONSE_TIMEOUT;
+    RedisStore::connect_with(&server.url(), options)
+        .await
+        .unwrap()
+}
+
+/// Put the server to sleep for `seconds` from a connection of its own, now; the thread ends
+/// when the server wakes.
+fn debug_sleep(server: &RedisServer, seconds: f64) -> std::thread::JoinHandle<()> {
+    let url = server.url();
+    let handle = std::thread::spawn(move || {
+        let client = redis::Client::open(url).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(seconds)
+            .query(&mut con)
+            .unwrap();
+    });
+    // Let the command reach the server before anything else is sent.
+    std::thread::sleep(Duration::from_millis(150));
+    handle
+}
+
+/// For a guard whose lease ([`LEASE`]) began at `start`: let the first renewal (at ~1 s) be
+/// answered, then put the server to sleep from ~1.4 s to ~2.9 s, so the second renewal (at
+/// ~2 s) is queued and its reply times out, and return at 5 s: past the local deadline of the
+/// first renewal's lease (~3.97 s), so the guard must have been renewed since.
+async fn sleep_then_pause_server(server: &RedisServer, start: Instant) {
+    tokio::time::sleep_until((start + Duration::from_millis(1250)).into()).await;
+    let sleeper = debug_sleep(server, 1.5);
+    tokio::time::sleep_until((start + Duration::from_secs(5)).into()).await;
+    sleeper.join().unwrap();
+}
+
+/// Load every script `locks` uses by taking and releasing a lock: a script's first `EVALSHA`
+/// meets `NOSCRIPT` and runs nothing, which would hide a lost reply.
+async fn prime<S: Store>(locks: &ExpireLock<S>) {
+    let guard = locks
+        .lock_with_lease("primer", LEASE, None)
+        .await
+        .unwrap()
+        .expect("free");
+    guard.extend(LEASE).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+fn key(name: &str) -> String {
+    format!("tairlock:{{{name}}}")
+}
+
+/// A hook [`LoseReply`] runs between applying a script and reporting its reply lost.
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// A store that, when armed for a script, runs it on the real server, then runs the hook, then
+/// reports a connection error instead of the reply. Counts every script it forwards.
+#[derive(Clone)]
+struct LoseReply {
+    inner: RedisStore,
+    armed: Arc<Mutex<Option<(&'static Script, Hook)>>>,
+    delay: Arc<Mutex<Option<(&'static Script, Duration)>>>,
+    calls: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl LoseReply {
+    fn new(inner: RedisStore) -> Self {
+        LoseReply {
+            inner,
+            armed: Default::default(),
+            delay: Default::default(),
+            calls: Default::default(),
+        }
+    }
+
+    /// Lose the reply of the next call of `script`, running `hook` after it was applied.
+    fn lose_next(&self, script: &'static Script, hook: impl FnOnce() + Send + 'static) {
+        *self.armed.lock() = Some((script, Box::new(hook)));
+    }
+
+    /// Hold the reply of the next call of `script` back for `delay`.
+    fn delay_next(&self, script: &'static Script, delay: Duration) {
+        *self.delay.lock() = Some((script, delay));
+    }
+
+    fn calls_of(&self, script: &'static Script) -> usize {
+        self.calls
+            .lock()
+            .iter()
+            .filter(|n| **n == script.name())
+            .count()
+    }
+}
+
+impl Store for LoseReply {
+    async fn get(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
+        self.inner.get(key).await
+    }
+    async fn set_nx(&self, key: &str, value: &[u8]) -> tairlock::Result<bool> {
+        self.inner.set_nx(key, value).await
+    }
+    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> tairlock::Result<bool> {
+        self.inner.set_nx_px(key, value, ttl).await
+    }
+    async fn set(&self, key: &str, value: &[u8]) -> tairlock::Result<()> {
+        self.inner.set(key, value).await
+    }
+    async fn getset(&self, key: &str, value: &[u8]) -> tairlock::Result<Option<Vec<u8>>> {
+        self.inner.getset(key, value).await
+    }
+    async fn getdel(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
+        self.inner.getdel(key).await
+    }
+    async fn del(&self, key: &str) -> tairlock::Result<bool> {
+        self.inner.del(key).await
+    }
+    async fn incr(&self, key: &str) -> tairlock::Result<i64> {
+        self.inner.incr(key).await
+    }
+    async fn decr(&self, key: &str) -> tairlock::Result<i64> {
+        self.inner.decr(key).await
+    }
+    async fn expire(&self, key: &str, seconds: u64) -> tairlock::Result<bool> {
+        self.inner.expire(key, seconds).await
+    }
+    async fn pexpire(&self, key: &str, ttl: Duration) -> tairlock::Result<bool> {
+        self.inner.pexpire(key, ttl).await
+    }
+    async fn pttl(&self, key: &str) -> tairlock::Result<Ttl> {
+        self.inner.pttl(key).await
+    }
+    async fn key_type(&self, key: &str) -> tairlock::Result<String> {
+        self.inner.key_type(key).await
+    }
+    async fn time(&self) -> tairlock::Result<Duration> {
+        self.inner.time().await
+    }
+    async fn eval(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> tairlock::Result<tairlock::Reply> {
+        self.calls.lock().push(script.name());
+        let reply = self.inner.eval(script, keys, args).await;
+        let hook = {
+            let mut armed = self.armed.lock();
+            match armed.take() {
+                Some((s, hook)) if std::ptr::eq(s, script) => Some(hook),
+                other => {
+                    *armed = other;
+                    None
+                }
+            }
+        };
+        if let Some(hook) = hook {
+            tokio::task::spawn_blocking(hook).await.unwrap();
+            return Err(Error::new(
+                ErrorKind::Connection,
+                format!("test: the reply of {} was lost", script.name()),
+            ));
+        }
+        let delay = {
+            let mut delay = self.delay.lock();
+            match delay.take() {
+                Some((s, d)) if std::ptr::eq(s, script) => Some(d),
+                other => {
+                    *delay = other;
+                    None
+                }
+            }
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        reply
+    }
+    async fn notifier(&self) -> Option<tairlock::notify::Notifier> {
+        self.inner.notifier().await
+    }
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.runtime()
+    }
+    fn pubsub(&self) -> tairlock::notify::PubSub {
+        self.inner.pubsub()
+    }
+}
+
+/// Item 1: the watchdog's renewal is queued behind a `DEBUG SLEEP` and times out on the client,
+/// and the server applies it when it wakes. The watchdog repeats it with the same nonce, finds
+/// it applied, and keeps the hold: not lost past the first lease's deadline, the lock still
+/// holds the guard's lease, and the release frees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_whose_reply_timed_out_keeps_the_guard() {
+    let server = debug_server();
+    let locks = ExpireLock::with_options(
+        quick_store(&server).await,
+        Options::default().watchdog_lease(LEASE),
+    );
+    let name = "renewed";
+    let guard = locks.lock(name).await.unwrap();
+    let start = Instant::now();
+    // The first renewal (at ~1 s) is answered; the second goes out at ~2 s, while the server
+    // sleeps (from ~1.4 s to ~2.9 s).
+    sleep_then_pause_server(&server, start).await;
+    assert!(
+        !guard.is_lost(),
+        "the guard gave up after a renewal whose reply timed out"
+    );
+    let holder = locks.inspect(name).await.unwrap().holder.expect("held");
+    assert_eq!(
+        holder.value(),
+        guard.lease().value(),
+        "the lock holds our lease"
+    );
+    assert_eq!(guard.release().await.unwrap(), Unlock::Released);
+    assert_eq!(server.cli(&["EXISTS", &key(name)]), "0");
+}
+
+/// Item 1, `extend`: an extension whose reply timed out returns the error; the next `extend`
+/// repeats it with the same nonce instead of presenting the old lease with a new one (which
+/// the server would refuse as held by another), and the hold goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_after_a_timed_out_extend_keeps_the_guard() {
+    let server = debug_server();
+    let locks = ExpireLock::new(quick_store(&server).await);
+    prime(&locks).await;
+    let name = "extended";
+    let guard = locks
+        .lock_with_lease(name, LEASE, None)
+        .await
+        .unwrap()
+        .expect("free");
+    let sleeper = debug_sleep(&server, 1.5);
+    let err = guard.extend(LEASE).await.unwrap_err();
+    assert!(err.is_unanswered(), "{err}");
+    sleeper.join().unwrap();
+    guard.extend(LEASE).await.unwrap();
+    assert!(!guard.is_lost());
+    let holder = locks.inspect(name).await.unwrap().holder.expect("held");
+    assert_eq!(holder.value(), guard.lease().value());
+    assert_eq!(guard.release().await.unwrap(), Unlock::Released);
+}
+
+/// Item 1 for the RwLock's write hold: as for the core's guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_renewal_whose_reply_timed_out_keeps_the_write_hold() {
+    let server = debug_server();
+    let rw = RwLock::with_options(
+        quick_store(&server).await,
+        tairlock_rwlock::Options::default().watchdog_lease(LEASE),
+    );
+    let name = "written";
+    let guard = rw.write(name).await.unwrap();
+    let start = Instant::now();
+    sleep_then_pause_server(&server, start).await;
+    assert!(
+        !guard.is_lost(),
+        "the write hold gave up after a renewal whose reply timed out"
+    );
+    let writer = rw.inspect(name).await.unwrap().writer.expect("held");
+    assert_eq!(
+        Some(writer.value()),
+        guard.lease().as_ref().map(|l| l.value())
+    );
+    assert_eq!(
+        guard.release().await.unwrap(),
+        tairlock_rwlock::Release::Released
+    );
+}
+
+/// Item 1 for the RwLock's read hold: a reader's renewal is keyed by its nonce, so a repeat is
+/// harmless, and the hold survives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_renewal_whose_reply_timed_out_keeps_the_read_hold() {
+    let server = debug_server();
+    let rw = RwLock::with_options(
+        quick_store(&server).await,
+        tairlock_rwlock::Options::default().watchdog_lease(LEASE),
+    );
+    let name = "read";
+    let guard = rw.read(name).await.unwrap();
+    let start = Instant::now();
+    sleep_then_pause_server(&server, start).await;
+    assert!(!guard.is_lost());
+    assert_eq!(rw.readers(name).await.unwrap(), 1);
+    assert_eq!(
+        guard.release().await.unwrap(),
+        tairlock_rwlock::Release::Released
+    );
+    assert_eq!(rw.readers(name).await.unwrap(), 0);
+}
+
+/// Item 4: `try_lock`'s acquire is applied, but its reply is lost. The call fails, and the
+/// grant it may have made is released in the background: the lock is not left held by nobody
+/// for a whole watchdog lease (30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_reply_was_lost_is_released() {
+    let server = debug_server();
+    let store = LoseReply::new(server.store().await);
+    let locks = ExpireLock::new(store.clone());
+    let name = "orphan";
+    // The store's own retry would repeat the acquire and find the grant: lose both replies.
+    let again = store.clone();
+    store.lose_next(&tairlock::scripts::EXPIRE_LOCK, move || {
+        again.lose_next(&tairlock::scripts::EXPIRE_LOCK, || {});
+    });
+    let err = locks.try_lock(name).await.unwrap_err();
+    assert!(err.is_unanswered(), "{err}");
+    assert_eq!(
+        server.cli(&["EXISTS", &key(name)]),
+        "1",
+        "the grant was made"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cli(&["EXISTS", &key(name)]) == "1" {
+        assert!(
+            Instant::now() < deadline,
+            "the lost grant is still held by nobody 5 s later (PTTL {} ms)",
+            server.cli(&["PTTL", &key(name)])
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Free for the next caller.
+    let guard = locks.try_lock(name).await.unwrap().expect("free");
+    guard.release().await.unwrap();
+}
+
+/// Item 4 with a real timeout: `try_lock` sent while the server sleeps times out; the grant the
+/// server makes when it wakes is released, not left for 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_made_after_the_reply_timed_out_is_released() {
+    let server = debug_server();
+    let locks = ExpireLock::new(quick_store(&server).await);
+    prime(&locks).await;
+    let name = "slept";
+    let sleeper = debug_sleep(&server, 1.0);
+    let err = locks.try_lock(name).await.unwrap_err();
+    assert!(err.is_unanswered(), "{err}");
+    sleeper.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cli(&["EXISTS", &key(name)]) == "1" {
+        assert!(
+            Instant::now() < deadline,
+            "the grant is still held by nobody 5 s after the server woke (PTTL {} ms)",
+            server.cli(&["PTTL", &key(name)])
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Item 12 on one server: a waiting `lock()` whose attempt times out repeats it with the same
+/// nonce within its patience, and gets the lock (exactly one grant, ours).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_lock_rides_through_a_timed_out_attempt() {
+    let server = debug_server();
+    // Polling: no subscription round trip ahead of the first attempt.
+    let locks = ExpireLock::with_options(
+        quick_store(&server).await,
+        Options::default().wait(WaitStrategy::Poll {
+            min: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        }),
+    );
+    prime(&locks).await;
+    let name = "patient";
+    let sleeper = debug_sleep(&server, 1.0);
+    let guard = tokio::time::timeout(Duration::from_secs(10), locks.lock(name))
+        .await
+        .expect("lock() returns")
+        .expect("lock() rides through the timeouts");
+    sleeper.join().unwrap();
+    let holder = locks.inspect(name).await.unwrap().holder.expect("held");
+    assert_eq!(holder.value(), guard.lease().value());
+    assert_eq!(guard.release().await.unwrap(), Unlock::Released);
+}
+
+/// `force_unlock` whose reply was lost is not repeated: between the deletion and the repeat the
+/// next holder may have taken the lock, and a repeat would delete *its* lock. The call returns
+/// the error instead, and the next holder's lock stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_whose_reply_was_lost_is_not_repeated() {
+    let server = RedisServer::start();
+    let store = LoseReply::new(server.store().await);
+    let locks = ExpireLock::new(store.clone());
+    let name = "forced";
+    let _stuck = locks
+        .expire_lock(name, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .lease()
+        .expect("free");
+    // After the deletion, the next holder takes the lock before the reply is (not) read.
+    let url = server.url();
+    let lock_key = key(name);
+    store.lose_next(&tairlock::scripts::FORCE_UNLOCK, move || {
+        let client = redis::Client::open(url).unwrap();
+        let mut con = client.get_connection().unwrap();
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&lock_key)
+            .arg("tl1:99999999999999:1:nextholder")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(set.as_deref(), Some("OK"), "the lock was deleted");
+    });
+    let err = locks.force_unlock(name).await.unwrap_err();
+    assert!(err.is_unanswered(), "{err}");
+    assert_eq!(store.calls_of(&tairlock::scripts::FORCE_UNLOCK), 1);
+    assert_eq!(
+        server.cli(&["GET", &key(name)]),
+        "tl1:99999999999999:1:nextholder",
+        "the next holder's lock was deleted by a repeated force_unlock"
+    );
+}
+
+/// Item 7, ported from the core's watchdog test: a write renewal whose reply lands after the
+/// hold's local deadline does not bring the hold back ("once lost, stays lost"), and the
+/// watchdog stops renewing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_write_renewal_does_not_bring_a_lost_hold_back() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(300);
+    let store = LoseReply::new(server.store().await);
+    let rw = RwLock::with_options(
+        store.clone(),
+        tairlock_rwlock::Options::default().watchdog_lease(lease),
+    );
+    let guard = rw.write("late").await.unwrap();
+    // The first renewal (at ~100 ms) runs at once; its reply lands at ~350 ms, after the first
+    // lease's local deadline (~295 ms) and before the renewed one's (~395 ms).
+    store.delay_next(&tairlock::scripts::RENEW, Duration::from_millis(250));
+    let start = Instant::now();
+    let (mut first_lost, mut flipped_back) = (None, None);
+    while start.elapsed() < lease * 2 {
+        match (guard.is_lost(), first_lost) {
+            (true, None) => first_lost = Some(start.elapsed()),
+            (false, Some(_)) if flipped_back.is_none() => flipped_back = Some(start.elapsed()),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    println!("lost at {first_lost:?}, back to held at {flipped_back:?}");
+    assert!(first_lost.is_some(), "the deadline passed without a reply");
+    assert_eq!(
+        flipped_back, None,
+        "is_lost() went back to false after the late renewal reply"
+    );
+    let renewals = store.calls_of(&tairlock::scripts::RENEW);
+    tokio::time::sleep(lease).await;
+    assert_eq!(
+        store.calls_of(&tairlock::scripts::RENEW),
+        renewals,
+        "the watchdog of a lost hold stopped"
+    );
+    let _ = guard.release().await.unwrap();
+}

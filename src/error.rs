@@ -172,6 +172,9 @@ impl From<redis::RedisError> for Error {
             || matches!(
                 err.kind(),
                 redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                    // The cluster client has no connection to the slot's node (its master died
+                    // and no replica took over yet): nothing was sent.
+                    | redis::ErrorKind::ClusterConnectionNotFound
             )
         {
             ErrorKind::Connection

@@ -560,6 +560,12 @@ async fn sharded_subscription_follows_its_slot_to_another_master() {
 /// the replica acknowledged is still held on the new master (a third client is refused), the
 /// waiter's sharded subscription moves to the new master, and the holder's release after the
 /// failover wakes the waiter at once (its lease is 30 s).
+///
+/// Waiting rides through the failover (issue 12, item 12): every waiter here makes one call with
+/// a 30 s patience and the test never retries for it. Besides the waiter subscribed before the
+/// kill, an expire-lock waiter and an RwLock writer start right after it on a free lock of the
+/// same master, while its slots have no master: their attempts meet connection errors and
+/// `CLUSTERDOWN` until the replica takes over, and they get their locks all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_keeps_an_acknowledged_lock_and_its_waiters_subscription() {
     use tairlock::store::WaitFor;
@@ -581,28 +587,46 @@ async fn failover_keeps_an_acknowledged_lock_and_its_waiters_subscription() {
     let waiter = {
         let locks = ExpireLock::new(cluster.store().await);
         tokio::spawn(async move {
-            // `lock` reports store errors: while the master is down and not yet replaced, an
-            // attempt can fail; the caller decides to go on waiting.
-            let mut errors = Vec::new();
-            loop {
-                match locks.lock(name).await {
-                    Ok(guard) => {
-                        let got = Instant::now();
-                        guard.release().await.unwrap();
-                        return (got, errors);
-                    }
-                    Err(e) => {
-                        errors.push(e.to_string());
-                        assert!(errors.len() < 100, "the waiter keeps failing: {errors:?}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
+            let guard = locks
+                .try_lock_for(name, LONG)
+                .await
+                .expect("the waiter rides through the failover")
+                .expect("the lock came free within the patience");
+            let got = Instant::now();
+            guard.release().await.unwrap();
+            got
         })
     };
     await_subscribers(&cluster, master, true, &channel, 1).await;
+    // Connected before the kill: a late waiter of each kind, on a free lock of the same master.
+    let late = (0..)
+        .map(|i| format!("late-{i}"))
+        .find(|n| cluster.node_of_key(&format!("tairlock:{{{n}}}")) == master)
+        .unwrap();
+    let late_name = late.clone();
+    let (late_locks, late_rw) = (
+        ExpireLock::new(cluster.store().await),
+        tairlock_rwlock::RwLock::new(cluster.store().await),
+    );
 
     cluster.nodes[master].stop();
+    let killed = Instant::now();
+    let late_waiter = tokio::spawn(async move {
+        let outcome = late_locks.try_lock_for(&late, LONG).await;
+        let guard = outcome
+            .expect("a waiter that starts during the failover rides through it")
+            .expect("the lock came free within the patience");
+        guard.release().await.unwrap();
+    });
+    let late_writer = tokio::spawn(async move {
+        let outcome = late_rw.try_write_for(&late_name, LONG).await;
+        let guard = outcome
+            .expect("an RwLock writer that starts during the failover rides through it")
+            .expect("the free lock is taken within the patience");
+        let got = killed.elapsed();
+        guard.release().await.unwrap();
+        got
+    });
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cluster.nodes[replica].cli(&["ROLE"]).starts_with("master") {
         if Instant::now() > deadline {
@@ -625,9 +649,14 @@ async fn failover_keeps_an_acknowledged_lock_and_its_waiters_subscription() {
         holder.locks().expire_unlock(name, &lease).await.unwrap(),
         Unlock::Released
     );
-    let (got, errors) = waiter.await.unwrap();
+    let got = waiter.await.unwrap();
     let handoff = got.duration_since(released);
-    eprintln!("after the failover: handoff {handoff:?}; waiter's transient errors: {errors:?}");
+    let writer_got = late_writer.await.unwrap();
+    late_waiter.await.unwrap();
+    eprintln!(
+        "after the failover: handoff {handoff:?}; the late RwLock writer got in {writer_got:?} \
+         after the kill"
+    );
     assert!(
         handoff < Duration::from_secs(3),
         "waiter woke {handoff:?} after the release (subscription lost in the failover?)"

@@ -13,8 +13,12 @@
 //!
 //! Re-entry is refused with [`ErrorKind::LeaseLost`] once the
 //! lease is lost (its watchdog found it gone, or its local deadline passed). The map entry is
-//! removed *before* the final release is sent, so a failed release never leaves it claiming
-//! ownership; the lease's TTL frees the lock then.
+//! *finished* (depth 0, its guard taken out) before the final release is sent, so a failed
+//! release never leaves it claiming ownership; the lease's TTL frees the lock then. A finished
+//! entry is not removed: it stays in the owner's map, claiming nothing, until the owner's next
+//! acquire of that name replaces it (so the map holds one small entry per name the owner has
+//! used; dropping the [`Owner`] frees an owner's, dropping the `ReentrantLock` and its clones
+//! frees the threads').
 //!
 //! ```compile_fail
 //! // A thread-keyed guard cannot move to another thread.
@@ -247,7 +251,8 @@ impl<S: Store> ReentrantGuard<S> {
     ///
     /// # Errors
     ///
-    /// Store errors on the final release (the local entry is already gone then).
+    /// Store errors on the final release (the local entry is already finished then: it claims
+    /// nothing).
     ///
     /// # Panics
     ///
@@ -353,7 +358,8 @@ impl<S: Store> OwnedReentrantGuard<S> {
     ///
     /// # Errors
     ///
-    /// Store errors on the final release (the owner's entry is already gone then).
+    /// Store errors on the final release (the owner's entry is already finished then: it claims
+    /// nothing).
     pub async fn release(mut self) -> Result<Option<Unlock>> {
         let last = self.slot.take().and_then(|slot| slot.exit());
         match last {

@@ -495,3 +495,84 @@ async fn a_late_write_renewal_does_not_bring_a_lost_hold_back() {
     );
     let _ = guard.release().await.unwrap();
 }
+
+/// A master (with `DEBUG`) and one replica whose link is up and whose acknowledgements count.
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start_with_args(&[
+        "--repl-diskless-sync-delay",
+        "0",
+        "--enable-debug-command",
+        "yes",
+    ]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let client = redis::Client::open(master.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    loop {
+        let _: () = redis::cmd("SET")
+            .arg("probe")
+            .arg(1)
+            .query(&mut con)
+            .unwrap();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(100).query(&mut con).unwrap();
+        if acked >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica acknowledged no write within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (master, replica)
+}
+
+/// Item 1 for the replica-acknowledged guard: its renewal (script + `WAIT`) is queued behind a
+/// `DEBUG SLEEP` longer than the call's bound (the wait's timeout + 2 s), so the client sees a
+/// timeout while the master applies the renewal when it wakes. The watchdog repeats it with the
+/// same nonce, adopts the lease it finds, has it acknowledged by a renewal of its own, and keeps
+/// the guard: not lost past the first lease's deadline, and the lock holds its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_renewal_whose_reply_timed_out_keeps_the_guard() {
+    use tairlock::store::WaitFor;
+    use tairlock::{ReplicatedLock, ReplicatedRelease};
+    let (master, _replica) = master_and_replica();
+    let lease = Duration::from_secs(9);
+    let locks = ReplicatedLock::new(
+        ExpireLock::new(master.store().await),
+        WaitFor::replicas(1, Duration::from_millis(100)),
+    );
+    let name = "replicated";
+    let guard = locks
+        .try_lock(name, lease)
+        .await
+        .unwrap()
+        .expect("acquired with the replica's ack");
+    let start = Instant::now();
+    // The first renewal goes out at ~3 s, while the master sleeps (from ~2.5 s to ~5.5 s); its
+    // reply is given up on at ~5.1 s. The first lease's local deadline is ~8.9 s.
+    tokio::time::sleep_until((start + Duration::from_millis(2350)).into()).await;
+    let sleeper = debug_sleep(&master, 3.0);
+    tokio::time::sleep_until((start + Duration::from_millis(9500)).into()).await;
+    sleeper.join().unwrap();
+    assert!(
+        !guard.is_lost(),
+        "the replicated guard gave up after a renewal whose reply timed out"
+    );
+    let holder = locks
+        .locks()
+        .inspect(name)
+        .await
+        .unwrap()
+        .holder
+        .expect("held");
+    assert_eq!(holder.value(), guard.lease().value());
+    assert!(
+        matches!(
+            guard.release().await.unwrap(),
+            ReplicatedRelease::Released { .. }
+        ),
+        "released with the replica's ack"
+    );
+}

@@ -257,7 +257,8 @@ async fn a_renewal_whose_reply_timed_out_keeps_the_guard() {
 
 /// Item 1, `extend`: an extension whose reply timed out returns the error; the next `extend`
 /// repeats it with the same nonce instead of presenting the old lease with a new one (which
-/// the server would refuse as held by another), and the hold goes on.
+/// the server would refuse as held by another), then extends to its own length, and the hold
+/// goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_after_a_timed_out_extend_keeps_the_guard() {
     let server = debug_server();
@@ -273,8 +274,14 @@ async fn extend_after_a_timed_out_extend_keeps_the_guard() {
     let err = guard.extend(LEASE).await.unwrap_err();
     assert!(err.is_unanswered(), "{err}");
     sleeper.join().unwrap();
-    guard.extend(LEASE).await.unwrap();
+    // Another length: the lost extension is settled first (same nonce), then this one is sent.
+    guard.extend(LEASE * 2).await.unwrap();
     assert!(!guard.is_lost());
+    let pttl: u64 = server.cli(&["PTTL", &key(name)]).parse().unwrap();
+    assert!(
+        pttl > LEASE.as_millis() as u64,
+        "extended to 6 s: PTTL {pttl} ms"
+    );
     let holder = locks.inspect(name).await.unwrap().holder.expect("held");
     assert_eq!(holder.value(), guard.lease().value());
     assert_eq!(guard.release().await.unwrap(), Unlock::Released);
@@ -575,4 +582,38 @@ async fn a_replicated_renewal_whose_reply_timed_out_keeps_the_guard() {
         ),
         "released with the replica's ack"
     );
+}
+
+/// Item 12 on one server for the RwLock: a waiting `write()` and `read()` whose attempts time
+/// out repeat them with the acquisition's nonce within their patience, and get the lock (one
+/// writer, ours; then one reader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_rwlock_rides_through_timed_out_attempts() {
+    let server = debug_server();
+    let rw = RwLock::new(quick_store(&server).await);
+    // Load the scripts first: a first `EVALSHA` meets `NOSCRIPT` and runs nothing.
+    rw.write("primer").await.unwrap().release().await.unwrap();
+    rw.read("primer").await.unwrap().release().await.unwrap();
+    let name = "patient-rw";
+    let sleeper = debug_sleep(&server, 1.0);
+    let writer = tokio::time::timeout(Duration::from_secs(10), rw.write(name))
+        .await
+        .expect("write() returns")
+        .expect("write() rides through the timeouts");
+    sleeper.join().unwrap();
+    let writer_lease = rw.inspect(name).await.unwrap().writer.expect("held");
+    assert_eq!(
+        Some(writer_lease.value()),
+        writer.lease().as_ref().map(|l| l.value())
+    );
+    writer.release().await.unwrap();
+    let sleeper = debug_sleep(&server, 1.0);
+    let reader = tokio::time::timeout(Duration::from_secs(10), rw.read(name))
+        .await
+        .expect("read() returns")
+        .expect("read() rides through the timeouts");
+    sleeper.join().unwrap();
+    assert_eq!(rw.readers(name).await.unwrap(), 1, "one admission, ours");
+    reader.release().await.unwrap();
+    assert_eq!(rw.readers(name).await.unwrap(), 0);
 }

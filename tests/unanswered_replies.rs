@@ -47,17 +47,22 @@ async fn quick_store(server: &RedisServer) -> RedisStore {
 /// when the server wakes.
 fn debug_sleep(server: &RedisServer, seconds: f64) -> std::thread::JoinHandle<()> {
     let url = server.url();
+    let (connected, is_connected) = std::sync::mpsc::channel();
     let handle = std::thread::spawn(move || {
         let client = redis::Client::open(url).unwrap();
         let mut con = client.get_connection().unwrap();
+        connected.send(()).unwrap();
         let _: () = redis::cmd("DEBUG")
             .arg("SLEEP")
             .arg(seconds)
             .query(&mut con)
             .unwrap();
     });
+    is_connected
+        .recv_timeout(Duration::from_secs(10))
+        .expect("connected to put the server to sleep");
     // Let the command reach the server before anything else is sent.
-    std::thread::sleep(Duration::from_millis(150));
+    std::thread::sleep(Duration::from_millis(100));
     handle
 }
 

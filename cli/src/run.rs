@@ -61,9 +61,9 @@ mod supervisor;
 mod terminal;
 
 pub use self::supervisor::supervise;
-pub use self::terminal::block_background_stops;
 use self::supervisor::{GO, group_alive};
 use self::terminal::Foreground;
+pub use self::terminal::block_background_stops;
 
 /// The lock was not acquired within `--wait`.
 pub const EXIT_NOT_ACQUIRED: u8 = 75;
@@ -278,7 +278,10 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     let (mut group, foreground) = match Group::start(&env) {
         Ok(started) => started,
         Err(e) => {
-            eprintln!("tairlock run: cannot start the supervisor of {:?}: {e}", spec.command[0]);
+            eprintln!(
+                "tairlock run: cannot start the supervisor of {:?}: {e}",
+                spec.command[0]
+            );
             let _ = guard.release().await;
             return EXIT_SPAWN;
         }

@@ -4,9 +4,12 @@
 //! `tairlock run` starts it as the leader of a new process group and keeps the write end of a
 //! pipe, the *lifeline*, whose read end only the supervisor holds. The supervisor:
 //!
-//! 1. blocks the job-control and termination signals (a group signal meant for the command, or
-//!    for `tairlock run`'s own group, must not end it; the command starts with an empty signal
-//!    mask, as every child spawned through `std::process` does);
+//! 1. catches the job-control and termination signals and does nothing with them (a group
+//!    signal meant for the command, or for `tairlock run`'s own group, must not end it). It
+//!    catches them rather than blocking or ignoring them: a blocked or ignored signal stays so
+//!    in the command it starts, a caught one is reset to its default by `exec`. It also clears
+//!    the signal mask it inherited from `tairlock run` (which blocks SIGTTOU and SIGTTIN), so
+//!    that the command starts with none;
 //! 2. waits for one byte on the lifeline: `tairlock run` has made the new group the terminal's
 //!    foreground group by then, so the command never starts in the background of a terminal it
 //!    reads (end of file instead: `tairlock run` is gone, nothing is started);
@@ -42,21 +45,29 @@ pub(crate) const GO: u8 = b'g';
 /// How often the group is polled once the command itself has exited.
 const POLL: Duration = Duration::from_millis(10);
 
-/// The signals the supervisor blocks for its whole life.
-fn blocked() -> SigSet {
-    let mut set = SigSet::empty();
-    for sig in [
-        Signal::SIGTERM,
-        Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGTSTP,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-    ] {
-        set.add(sig);
-    }
-    set
+/// Catch (and drop) the signals that would end or stop the supervisor: the handlers stay
+/// installed for the life of the process; the returned runtime must be kept alive with it.
+fn catch_signals() -> std::io::Result<(tokio::runtime::Runtime, Vec<tokio::signal::unix::Signal>)> {
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let streams = runtime.block_on(async {
+        [
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+            Signal::SIGTSTP,
+            Signal::SIGTTIN,
+            Signal::SIGTTOU,
+        ]
+        .into_iter()
+        .map(|sig| signal(SignalKind::from_raw(sig as i32)))
+        .collect::<std::io::Result<Vec<_>>>()
+    })?;
+    Ok((runtime, streams))
 }
 
 /// Whether any process of `group` is left (zombies included: a member counts until reaped).
@@ -99,8 +110,16 @@ fn reap_orphans() {
 /// `lifeline` is the inherited read end of the lifeline pipe; `home` is `tairlock run`'s
 /// process group, which the supervisor joins once the command has started.
 pub fn supervise(lifeline: RawFd, home: Pid, command: &[String]) -> u8 {
-    if let Err(e) = blocked().thread_block() {
-        eprintln!("tairlock run: supervisor: cannot block signals: {e}");
+    let _caught = match catch_signals() {
+        Ok(caught) => caught,
+        Err(e) => {
+            eprintln!("tairlock run: supervisor: cannot catch signals: {e}");
+            return EXIT_SPAWN;
+        }
+    };
+    // Before any other thread starts: the command inherits this thread's mask.
+    if let Err(e) = SigSet::empty().thread_set_mask() {
+        eprintln!("tairlock run: supervisor: cannot clear the signal mask: {e}");
         return EXIT_SPAWN;
     }
     // The command must not inherit the lifeline (it would not keep it open, but it has no use

@@ -11,7 +11,8 @@ use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
 /// Once the command's group has the terminal, tairlock is in the background: with SIGTTOU
 /// blocked, its messages are written even if the terminal has `tostop` set, and taking the
 /// foreground back succeeds instead of stopping tairlock. Call it before the runtime starts its
-/// threads. Children are unaffected: `std::process` starts them with an empty signal mask.
+/// threads. A blocked signal stays blocked across `exec`: the supervisor clears the mask before
+/// it starts the command.
 ///
 /// # Errors
 ///

@@ -744,7 +744,9 @@ fn pgid_in(path: &Path) -> i32 {
 
 /// Ctrl-C on the terminal reaches the command exactly once: its group has the foreground and
 /// tairlock is not in it, so nothing forwards a second SIGINT (before #20 the command shared
-/// tairlock's foreground group: it got the terminal's SIGINT and tairlock's copy of it).
+/// tairlock's foreground group: it got the terminal's SIGINT and tairlock's copy of it). The
+/// shell waits with `wait`, which a trapped signal interrupts at once, and clears its pending
+/// flag before it runs the trap: a second SIGINT a moment later runs the trap again.
 #[test]
 fn ctrl_c_on_the_terminal_reaches_the_command_exactly_once() {
     let server = RedisServer::start();
@@ -756,7 +758,7 @@ fn ctrl_c_on_the_terminal_reaches_the_command_exactly_once() {
     );
     let script = format!(
         "trap 'echo INT >> {got}' INT; cat /proc/$$/stat > {started}.tmp; mv {started}.tmp {started}; \
-         while [ ! -e {done} ]; do sleep 0.05; done",
+         while [ ! -e {done} ]; do sleep 0.2 & wait $!; done",
         got = got.display(),
         started = started.display(),
         done = done.display()

@@ -812,3 +812,57 @@ fn an_interactive_command_reads_the_terminal() {
     assert_eq!(read(&answer).trim(), "got hello", "{}", run.output());
     assert_eq!(server.cli(&["EXISTS", LOCK_KEY]), "0", "released");
 }
+
+/// The state letter of `pid` in `/proc/<pid>/stat` (`T`: stopped).
+fn state(pid: i32) -> char {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+        })
+        .unwrap_or('?')
+}
+
+/// Ctrl-Z on the terminal stops the command's group, and tairlock's with it (the shell whose job
+/// tairlock is then sees its job stopped and takes the terminal back, instead of waiting on a
+/// tairlock that runs on); continuing tairlock's group continues the command.
+#[test]
+fn ctrl_z_stops_tairlock_with_the_command_and_continuing_resumes_both() {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+
+    let server = RedisServer::start();
+    let scratch = Scratch::new("ctrlz");
+    let (started, done) = (scratch.file("started"), scratch.file("done"));
+    let script = format!(
+        "echo up > {started}; while [ ! -e {done} ]; do sleep 0.05; done; echo resumed >> {started}",
+        started = started.display(),
+        done = done.display()
+    );
+    let mut run = OnTerminal::start(&server, &script);
+    wait_for_text(&started, "up", Duration::from_secs(5));
+    let tairlock = run.child.id() as i32;
+
+    run.type_in(b"\x1a");
+    let start = Instant::now();
+    while state(tairlock) != 'T' {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "tairlock runs on (state {}) while its command is stopped\n{}",
+            state(tairlock),
+            run.output()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(&done, "").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!read(&started).contains("resumed"), "the command ran on");
+
+    // As `bg` would (nobody takes the terminal here: it stays with the command's group).
+    killpg(Pid::from_raw(tairlock), Signal::SIGCONT).unwrap();
+    let status = run.wait(Duration::from_secs(10), "ctrl-z");
+    assert_eq!(status.code(), Some(0), "{}", run.output());
+    assert!(read(&started).contains("resumed"));
+    assert_eq!(server.cli(&["EXISTS", LOCK_KEY]), "0", "released");
+}

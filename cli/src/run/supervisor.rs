@@ -19,7 +19,10 @@
 //! 4. reads the lifeline on a thread of its own: end of file means `tairlock run` has exited or
 //!    was killed (`kill -9`, the OOM killer), and the supervisor kills the whole group with
 //!    SIGKILL at once;
-//! 5. reaps the command, then every orphaned descendant (on Linux it is their *subreaper*, so
+//! 5. passes a terminal's stop on: when Ctrl-Z stops the command, it stops `tairlock run`'s
+//!    group too (so the shell sees its job stopped and takes the terminal back), and when that
+//!    job is continued it hands the terminal back to the command's group and continues it;
+//! 6. reaps the command, then every orphaned descendant (on Linux it is their *subreaper*, so
 //!    orphans are reparented to it rather than to an init process that may not reap them), and
 //!    exits with the command's status once no process of the group is left.
 //!
@@ -28,14 +31,14 @@
 //! command without code running between fork and exec, and exists on Linux only. End of file on
 //! a pipe is delivered whenever the last writer closes it, whatever the cause, on every Unix.
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{Pid, getpgrp, read, setpgid};
+use nix::unistd::{Pid, getpgrp, read, setpgid, tcgetpgrp, tcsetpgrp};
 
 use super::EXIT_SPAWN;
 
@@ -102,6 +105,23 @@ fn reap_orphans() {
             break;
         }
     }
+}
+
+/// The command stopped. If the terminal stopped it (Ctrl-Z: its group has the foreground), stop
+/// `tairlock run`'s group too (this process included), so that the shell whose job that is sees
+/// it stopped and takes the terminal back. Once the job is continued (`fg`, `bg`), give the
+/// command's group the terminal again if the job has it (`fg`), and continue the command.
+fn job_stopped(terminal: &OwnedFd, group: Pid, home: Pid) {
+    if tcgetpgrp(terminal) != Ok(group) {
+        // Stopped by someone's SIGSTOP, not the terminal: theirs to continue.
+        return;
+    }
+    let _ = killpg(home, Signal::SIGSTOP);
+    // Continued.
+    if tcgetpgrp(terminal) == Ok(home) {
+        let _ = tcsetpgrp(terminal, group);
+    }
+    let _ = killpg(group, Signal::SIGCONT);
 }
 
 /// The supervisor's main: start `command` once the lifeline says so, kill its group when the
@@ -172,8 +192,14 @@ pub fn supervise(lifeline: RawFd, home: Pid, command: &[String]) -> u8 {
         // `tairlock run` is gone, and with it the lock's watchdog.
         let _ = killpg(group, Signal::SIGKILL);
     });
+    let terminal = super::terminal::terminal();
     let code = loop {
-        match waitpid(pid, None) {
+        match waitpid(pid, Some(WaitPidFlag::WUNTRACED)) {
+            Ok(WaitStatus::Stopped(..)) => {
+                if let Some(terminal) = &terminal {
+                    job_stopped(terminal, group, home);
+                }
+            }
             Ok(status) => {
                 if let Some(code) = exit_code(status) {
                     break code;

@@ -33,7 +33,7 @@ pub(crate) struct Foreground {
 }
 
 /// A descriptor of the first of stdin, stdout and stderr that is a terminal.
-fn terminal() -> Option<OwnedFd> {
+pub(crate) fn terminal() -> Option<OwnedFd> {
     let fd = if std::io::stdin().is_terminal() {
         std::io::stdin().as_fd().try_clone_to_owned()
     } else if std::io::stdout().is_terminal() {

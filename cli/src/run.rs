@@ -22,7 +22,11 @@
 //!   held, as they keep an `flock(1)` lock held.
 //! - If tairlock has a terminal's foreground, the command's group gets it while it runs (so an
 //!   interactive command reads the terminal and Ctrl-C reaches it, once: tairlock itself is not
-//!   in the foreground group), and tairlock takes it back at the end.
+//!   in the foreground group), and tairlock takes it back at the end. Ctrl-Z stops tairlock's
+//!   job along with the command, and continuing the job continues both. Not in a pipeline
+//!   (`tairlock run … | less`): the foreground stays with the pipeline's group, so that `less`
+//!   keeps reading the terminal; the command runs in the background of the terminal then, and
+//!   Ctrl-C reaches it through tairlock.
 //! - **Lifeline.** The command is started by a small supervisor (the same binary, in a hidden
 //!   mode: see [`supervise`]) that holds one end of a pipe whose other end only tairlock holds.
 //!   When tairlock dies, even by SIGKILL (`kill -9`, the OOM killer), the pipe reports end of
@@ -174,7 +178,13 @@ impl Group {
             lifeline: File::from(write),
         };
         let foreground = Foreground::hand_to(id);
-        group.lifeline.write_all(&[GO])?;
+        if let Err(e) = group.lifeline.write_all(&[GO]) {
+            // The supervisor is gone; it started nothing.
+            if let Some(foreground) = foreground {
+                foreground.restore();
+            }
+            return Err(e);
+        }
         Ok((group, foreground))
     }
 

@@ -675,13 +675,30 @@ struct OnTerminal {
 
 impl OnTerminal {
     fn start(server: &RedisServer, script: &str) -> OnTerminal {
+        let url = server.url();
+        let argv = [
+            env!("CARGO_BIN_EXE_tairlock"),
+            "run",
+            KEY,
+            "--redis",
+            &url,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ];
+        OnTerminal::start_argv(&argv)
+    }
+
+    /// `setsid -c ARGV…` on a new pseudo-terminal.
+    fn start_argv(argv: &[&str]) -> OnTerminal {
         use std::io::Read;
 
         let pty = nix::pty::openpty(None, None).unwrap();
         let slave = pty.slave;
         let child = Command::new("setsid")
-            .args(["-c", env!("CARGO_BIN_EXE_tairlock"), "run", KEY])
-            .args(["--redis", &server.url(), "--", "sh", "-c", script])
+            .arg("-c")
+            .args(argv)
             .stdin(Stdio::from(slave.try_clone().unwrap()))
             .stdout(Stdio::from(slave.try_clone().unwrap()))
             .stderr(Stdio::from(slave))
@@ -871,4 +888,47 @@ fn ctrl_z_stops_tairlock_with_the_command_and_continuing_resumes_both() {
     assert_eq!(status.code(), Some(0), "{}", run.output());
     assert!(read(&started).contains("resumed"));
     assert_eq!(server.cli(&["EXISTS", LOCK_KEY]), "0", "released");
+}
+
+/// In a pipeline (`tairlock run … | cat`, here under a shell without job control), tairlock
+/// shares its group with the pipeline's other processes: the foreground stays with that group,
+/// so that `cat` (or `less`) is not stopped at its next terminal read, and the command runs in
+/// the terminal's background.
+#[test]
+fn in_a_pipeline_the_foreground_stays_with_the_pipeline() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("pipeline");
+    let (started, done) = (scratch.file("started"), scratch.file("done"));
+    let command = format!(
+        "cat /proc/$$/stat > {started}.tmp; mv {started}.tmp {started}; \
+         while [ ! -e {done} ]; do sleep 0.05; done; echo through the pipe",
+        started = started.display(),
+        done = done.display()
+    );
+    let pipeline = format!(
+        "{bin} run {KEY} --redis {url} -- sh -c '{command}' | cat",
+        bin = env!("CARGO_BIN_EXE_tairlock"),
+        url = server.url()
+    );
+    let mut run = OnTerminal::start_argv(&["sh", "-c", &pipeline]);
+    wait_for_text(&started, ")", Duration::from_secs(5));
+    let shell = run.child.id() as i32;
+    assert_ne!(
+        pgid_in(&started),
+        shell,
+        "the command has a group of its own"
+    );
+    assert_eq!(
+        run.foreground(),
+        shell,
+        "the pipeline's group keeps the foreground"
+    );
+    std::fs::write(&done, "").unwrap();
+    let status = run.wait(Duration::from_secs(10), "pipeline");
+    assert_eq!(status.code(), Some(0), "{}", run.output());
+    assert!(
+        run.output().contains("through the pipe"),
+        "{}",
+        run.output()
+    );
 }

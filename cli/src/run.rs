@@ -249,7 +249,12 @@ impl Forward {
     }
 }
 
-/// Run the command under the lock and return tairlock's exit code.
+/// Run the command under the lock and return tairlock's exit code (see the [module docs](self)).
+///
+/// # Cancel safety
+///
+/// Dropping it while the command runs drops the lifeline's write end: the supervisor kills the
+/// command's group with SIGKILL, and the guard's drop releases the lock in the background.
 pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     let acquired = match spec.wait {
         Some(wait) => locks.try_lock_for(&spec.name, wait).await,
@@ -353,6 +358,13 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     // The group is gone: the lifeline has nothing left to guard.
     drop(group.lifeline);
 
+    if stop == Some(Stop::Overdue) {
+        if let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero()) {
+            eprintln!(
+                "tairlock run: the command's process group ended {left:?} before the lease's deadline"
+            );
+        }
+    }
     if stop.is_some() || guard.is_lost() {
         if stop.is_none() {
             eprintln!(

@@ -306,7 +306,7 @@ fn a_server_paused_past_the_lease_stops_the_command_and_exits_76() {
     let ttl = Duration::from_millis(300);
     let mut child = tairlock_run(
         &server,
-        &["--ttl", "300ms", "--grace", "100ms"],
+        &["--ttl", "300ms", "--grace", "50ms"],
         &script,
         &stderr,
     )
@@ -351,9 +351,15 @@ fn a_deleted_key_stops_the_command_and_exits_76() {
     let scratch = Scratch::new("deleted");
     let stderr = scratch.file("stderr");
     let (script, started, term) = trapping_script(&scratch);
-    let mut child = tairlock_run(&server, &["--ttl", "600ms"], &script, &stderr)
-        .spawn()
-        .unwrap();
+    // A short grace: a renewal delayed by a loaded machine must not stop the command early.
+    let mut child = tairlock_run(
+        &server,
+        &["--ttl", "600ms", "--grace", "100ms"],
+        &script,
+        &stderr,
+    )
+    .spawn()
+    .unwrap();
     wait_for_text(&started, "\n", Duration::from_secs(5));
     let fence = read(&started).trim().to_owned();
     assert!(
@@ -393,7 +399,7 @@ fn a_command_ignoring_sigterm_is_killed_with_its_group_after_the_grace_period() 
     );
     let mut child = tairlock_run(
         &server,
-        &["--ttl", "600ms", "--grace", "300ms"],
+        &["--ttl", "900ms", "--grace", "300ms"],
         &script,
         &stderr,
     )

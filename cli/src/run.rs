@@ -358,12 +358,12 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     // The group is gone: the lifeline has nothing left to guard.
     drop(group.lifeline);
 
-    if stop == Some(Stop::Overdue) {
-        if let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero()) {
-            eprintln!(
-                "tairlock run: the command's process group ended {left:?} before the lease's deadline"
-            );
-        }
+    if stop == Some(Stop::Overdue)
+        && let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero())
+    {
+        eprintln!(
+            "tairlock run: the command's process group ended {left:?} before the lease's deadline"
+        );
     }
     if stop.is_some() || guard.is_lost() {
         if stop.is_none() {

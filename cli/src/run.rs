@@ -406,3 +406,21 @@ async fn sleep_until_some(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grace_fits_inside_half_of_the_ttl() {
+        let ms = Duration::from_millis;
+        assert_eq!(grace_for(ms(1000), Some(ms(500))), Ok(ms(500)));
+        assert!(grace_for(ms(1000), Some(ms(501))).is_err());
+        assert!(grace_for(ms(3000), Some(ms(3000))).is_err());
+        // Without --grace: 5 s, capped at half of the ttl.
+        assert_eq!(grace_for(Duration::from_secs(30), None), Ok(DEFAULT_GRACE));
+        assert_eq!(grace_for(ms(1000), None), Ok(ms(500)));
+        let message = grace_for(ms(1000), Some(ms(600))).unwrap_err();
+        assert!(message.contains("at most half of --ttl (500ms)"), "{message}");
+    }
+}

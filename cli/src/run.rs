@@ -421,6 +421,9 @@ mod tests {
         assert_eq!(grace_for(Duration::from_secs(30), None), Ok(DEFAULT_GRACE));
         assert_eq!(grace_for(ms(1000), None), Ok(ms(500)));
         let message = grace_for(ms(1000), Some(ms(600))).unwrap_err();
-        assert!(message.contains("at most half of --ttl (500ms)"), "{message}");
+        assert!(
+            message.contains("at most half of --ttl (500ms)"),
+            "{message}"
+        );
     }
 }

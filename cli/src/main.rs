@@ -37,10 +37,14 @@ enum Command {
     /// Show a lock's holder, expiry, remaining time and fencing token; for a reader/writer lock
     /// (--rw, or detected), the writer, the live readers with their leases, and writer intent.
     Inspect(InspectArgs),
-    /// Run a command while holding a lock (watchdog on); the command is stopped if the lease is
-    /// lost. Exit codes: the command's; 75 not acquired within --wait; 76 lease lost; 69 store
-    /// error; 127 command not started.
+    /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
+    /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if
+    /// tairlock dies. Exit codes: the command's; 75 not acquired within --wait; 76 lease lost;
+    /// 69 store error; 127 command not started.
     Run(RunArgs),
+    /// Internal: the supervisor `tairlock run` starts its command under (see `run.rs`).
+    #[command(name = "__supervise", hide = true)]
+    Supervise(SuperviseArgs),
     /// Delete a lock whoever holds it (refuses a key that is not one of our locks).
     Unlock {
         /// Required: this deletes someone else's lock.
@@ -131,15 +135,28 @@ struct RunArgs {
     /// How long to wait for the lock (default: forever; 0 or e.g. 1us for a single attempt).
     #[arg(long, value_parser = parse_duration)]
     wait: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL when the lease is lost.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    grace: Duration,
+    /// Time between SIGTERM and SIGKILL when the command is stopped; at most half of --ttl
+    /// [default: 5s, or half of --ttl if shorter].
+    #[arg(long, value_parser = parse_duration)]
+    grace: Option<Duration>,
     /// The Redis server.
     #[arg(long, env = "TAIRLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
     redis: String,
     /// Key prefix of the locks.
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     prefix: String,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// `tairlock __supervise LIFELINE_FD HOME_PGID -- CMD ARGS…` (started by `tairlock run` only).
+#[derive(Args, Debug)]
+struct SuperviseArgs {
+    /// The inherited read end of the lifeline pipe.
+    lifeline: i32,
+    /// `tairlock run`'s process group, joined once the command has started.
+    home: i32,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -244,6 +261,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => run_command(args),
+        Command::Supervise(args) => ExitCode::from(run::supervise(
+            args.lifeline,
+            nix::unistd::Pid::from_raw(args.home),
+            &args.command,
+        )),
         Command::Bench(args) => bench_command(args),
         Command::Unlock { force, key } => {
             if !force {
@@ -508,6 +530,18 @@ fn run_command(args: RunArgs) -> ExitCode {
         eprintln!("tairlock: --ttl must be at least 30ms (it is renewed at a third of its length)");
         return ExitCode::from(2);
     }
+    let grace = match run::grace_for(args.ttl, args.grace) {
+        Ok(grace) => grace,
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Before the runtime starts its threads, so that they all inherit the mask.
+    if let Err(e) = run::block_background_stops() {
+        eprintln!("tairlock run: cannot block SIGTTOU: {e}");
+        return ExitCode::from(2);
+    }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let code = rt.block_on(async {
         let store = match RedisStore::connect(&args.redis).await {
@@ -524,7 +558,7 @@ fn run_command(args: RunArgs) -> ExitCode {
         let spec = run::RunSpec {
             name,
             wait: args.wait,
-            grace: args.grace,
+            grace,
             command: args.command,
         };
         run::run(&locks, &spec).await

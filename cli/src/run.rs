@@ -3,34 +3,117 @@
 //! The lock is held with the watchdog on (renewed at a third of `--ttl`). The command gets
 //! `TAIRLOCK_KEY` (the lock's Redis key), `TAIRLOCK_NAME` and `TAIRLOCK_FENCE` (the fencing
 //! token: pass it along with every write, so a resource can reject a holder that was paused past
-//! its lease). If the lease is lost, the command gets SIGTERM, then SIGKILL after `--grace`.
-//! SIGINT and SIGTERM sent to tairlock are passed on to the command.
+//! its lease).
+//!
+//! # The command's process group
+//!
+//! The command runs in a process group of its own, and tairlock treats the group as the command:
+//!
+//! - When the lease is lost, the whole group gets SIGTERM, then SIGKILL after `--grace`; a shell's
+//!   background jobs and a build tool's workers stop with it.
+//! - **Early stop.** When renewals keep failing, the group gets SIGTERM at the lease's local
+//!   deadline less `--grace` (and SIGKILL at the deadline), so that the command and its grace
+//!   period end inside the lease, before another holder can start. `--grace` must therefore fit
+//!   inside `--ttl` with room for a renewal to land: at most [half of it](max_grace), since the
+//!   watchdog renews at a third.
+//! - SIGTERM, SIGINT and SIGHUP sent to tairlock are passed on to the group.
+//! - tairlock releases the lock only once no process of the group is left (or, when stopping
+//!   it, once SIGKILL has ended it): background jobs that outlive the command keep the lock
+//!   held, as they keep an `flock(1)` lock held.
+//! - If tairlock has a terminal's foreground, the command's group gets it while it runs (so an
+//!   interactive command reads the terminal and Ctrl-C reaches it, once: tairlock itself is not
+//!   in the foreground group), and tairlock takes it back at the end. Ctrl-Z stops tairlock's
+//!   job along with the command, and continuing the job continues both. Not in a pipeline
+//!   (`tairlock run … | less`): the foreground stays with the pipeline's group, so that `less`
+//!   keeps reading the terminal; the command runs in the background of the terminal then, and
+//!   Ctrl-C reaches it through tairlock.
+//! - **Lifeline.** The command is started by a small supervisor (the same binary, in a hidden
+//!   mode: see [`supervise`]) that holds one end of a pipe whose other end only tairlock holds.
+//!   When tairlock dies, even by SIGKILL (`kill -9`, the OOM killer), the pipe reports end of
+//!   file and the supervisor kills the group with SIGKILL at once: a command never runs on after
+//!   its lock's watchdog is gone.
+//!
+//! Platforms: the design needs only POSIX process groups and pipes. On Linux the supervisor is
+//! started through `/proc/self/exe` (so a binary replaced while tairlock runs is not a problem)
+//! and is the subreaper of the command's orphans; elsewhere it is started through
+//! [`std::env::current_exe`], and orphans are reaped by the system's init process, which every
+//! other Unix does promptly. Windows is not supported.
 //!
 //! | exit code | meaning |
 //! |---|---|
 //! | the command's | it ran and exited (128 + N if a signal N ended it) |
 //! | [`EXIT_NOT_ACQUIRED`] (75) | the lock was not acquired within `--wait` |
-//! | [`EXIT_LEASE_LOST`] (76) | the lease was lost while the command ran; it was stopped |
+//! | [`EXIT_LEASE_LOST`] (76) | the lease was lost while the command ran (it was stopped, or the release found the lease gone or someone else holding it), or renewals failed and it was stopped before the lease ran out |
 //! | [`EXIT_STORE`] (69) | the store could not be reached or refused the lock (e.g. the key holds other data) |
 //! | [`EXIT_SPAWN`] (127) | the command could not be started |
 
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use tairlock::{ExpireLock, Store};
-use tokio::process::Command;
-use tokio::signal::unix::{SignalKind, signal};
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::{Pid, getpgrp, pipe2};
+use tairlock::{ExpireLock, LockGuard, Store, Unlock};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
+use tokio::time::Instant;
+
+mod supervisor;
+mod terminal;
+
+pub use self::supervisor::supervise;
+use self::supervisor::{GO, group_alive};
+use self::terminal::Foreground;
+pub use self::terminal::block_background_stops;
 
 /// The lock was not acquired within `--wait`.
 pub const EXIT_NOT_ACQUIRED: u8 = 75;
-/// The lease was lost while the command ran; the command was stopped.
+/// The lease was lost while the command ran, or renewals failed and the command was stopped
+/// before the lease ran out.
 pub const EXIT_LEASE_LOST: u8 = 76;
 /// The store failed.
 pub const EXIT_STORE: u8 = 69;
 /// The command could not be started.
 pub const EXIT_SPAWN: u8 = 127;
+
+/// The name of the hidden subcommand that runs [`supervise`].
+pub const SUPERVISE: &str = "__supervise";
+
+/// How long tairlock waits for the group to end after SIGKILL before it releases anyway.
+const KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// The default `--grace`.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// The longest `--grace` a `--ttl` allows: half of it. The watchdog renews at a third of the
+/// lease, so the lease in effect always has two thirds of `ttl` left when a renewal is due; with
+/// the early stop at (deadline − grace), half of `ttl` leaves a sixth of it for the renewal to
+/// land, or be retried, before a healthy run is stopped.
+pub fn max_grace(ttl: Duration) -> Duration {
+    ttl / 2
+}
+
+/// The `--grace` to use: the given one if it fits inside `ttl` (see [`max_grace`]); without
+/// one, [`DEFAULT_GRACE`] capped at [`max_grace`].
+///
+/// # Errors
+///
+/// A message for the user when the given grace does not fit.
+pub fn grace_for(ttl: Duration, grace: Option<Duration>) -> Result<Duration, String> {
+    let max = max_grace(ttl);
+    match grace {
+        None => Ok(DEFAULT_GRACE.min(max)),
+        Some(grace) if grace <= max => Ok(grace),
+        Some(grace) => Err(format!(
+            "--grace {grace:?} does not fit inside --ttl {ttl:?}: the command is stopped at the \
+             lease's deadline less --grace when renewals fail, and the watchdog renews at a \
+             third of --ttl, so --grace can be at most half of --ttl ({max:?})"
+        )),
+    }
+}
 
 /// What `run` was asked to do.
 #[derive(Debug, Clone)]
@@ -39,7 +122,7 @@ pub struct RunSpec {
     pub name: String,
     /// How long to wait for the lock (`None`: forever).
     pub wait: Option<Duration>,
-    /// Grace between SIGTERM and SIGKILL when the lease is lost.
+    /// Grace between SIGTERM and SIGKILL when the command is stopped (see [`grace_for`]).
     pub grace: Duration,
     /// The command and its arguments.
     pub command: Vec<String>,
@@ -54,13 +137,124 @@ fn code_of(status: ExitStatus) -> u8 {
     }
 }
 
-fn send(pid: Option<u32>, sig: Signal) {
-    if let Some(pid) = pid {
-        let _ = kill(Pid::from_raw(pid as i32), sig);
+/// The command's process group, as started under a supervisor.
+struct Group {
+    /// The supervisor: it exits once the group is gone.
+    supervisor: Child,
+    /// The group's id (the supervisor's pid: it led the group before handing it over).
+    id: Pid,
+    /// The write end of the lifeline: closing it (by exiting, however) kills the group.
+    lifeline: File,
+}
+
+impl Group {
+    /// Start the supervisor, give its group the terminal if tairlock has it, then let it start
+    /// the command.
+    fn start(spec: &SpecEnv<'_>) -> std::io::Result<(Group, Option<Foreground>)> {
+        // Both ends close on exec; the supervisor's end is made inheritable just for its spawn
+        // (nothing else is spawned meanwhile).
+        let (read, write) = pipe2(OFlag::O_CLOEXEC)?;
+        fcntl(read.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+        let mut command = supervisor_command();
+        command
+            .arg(SUPERVISE)
+            .arg(read.as_raw_fd().to_string())
+            .arg(getpgrp().as_raw().to_string())
+            .arg("--")
+            .args(spec.command)
+            .env("TAIRLOCK_KEY", spec.key)
+            .env("TAIRLOCK_NAME", spec.name)
+            .env("TAIRLOCK_FENCE", spec.fence.to_string())
+            .process_group(0);
+        let supervisor = command.spawn()?;
+        drop(read);
+        let id = supervisor
+            .id()
+            .map(|pid| Pid::from_raw(pid as i32))
+            .ok_or_else(|| std::io::Error::other("the supervisor exited at once"))?;
+        let mut group = Group {
+            supervisor,
+            id,
+            lifeline: File::from(write),
+        };
+        let foreground = Foreground::hand_to(id);
+        if let Err(e) = group.lifeline.write_all(&[GO]) {
+            // The supervisor is gone; it started nothing.
+            if let Some(foreground) = foreground {
+                foreground.restore();
+            }
+            return Err(e);
+        }
+        Ok((group, foreground))
+    }
+
+    fn signal(&self, sig: Signal) {
+        let _ = killpg(self.id, sig);
     }
 }
 
-/// Run the command under the lock and return tairlock's exit code.
+/// This binary, to be started as the supervisor.
+fn supervisor_command() -> Command {
+    #[cfg(target_os = "linux")]
+    let mut command = Command::new("/proc/self/exe");
+    #[cfg(not(target_os = "linux"))]
+    let mut command = Command::new(std::env::current_exe().unwrap_or_else(|_| "tairlock".into()));
+    command.arg0("tairlock");
+    command
+}
+
+/// What the command's environment says.
+struct SpecEnv<'a> {
+    command: &'a [String],
+    key: &'a str,
+    name: &'a str,
+    fence: u64,
+}
+
+/// Resolves when the lease's local deadline is within `grace` and no renewal has moved it: the
+/// renewals are failing, and the command must stop now to end inside the lease.
+async fn renewals_overdue<S: Store>(guard: &LockGuard<S>, grace: Duration) {
+    loop {
+        let Some(deadline) = guard.lease().deadline() else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(deadline.checked_sub(grace).unwrap_or(deadline)).await;
+        if guard.lease().deadline() == Some(deadline) {
+            return;
+        }
+    }
+}
+
+/// Why the group is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Lost,
+    Overdue,
+}
+
+/// The forwarded signals' streams.
+struct Forward {
+    term: SignalStream,
+    int: SignalStream,
+    hup: SignalStream,
+}
+
+impl Forward {
+    fn install() -> std::io::Result<Forward> {
+        Ok(Forward {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+}
+
+/// Run the command under the lock and return tairlock's exit code (see the [module docs](self)).
+///
+/// # Cancel safety
+///
+/// Dropping it while the command runs drops the lifeline's write end: the supervisor kills the
+/// command's group with SIGKILL, and the guard's drop releases the lock in the background.
 pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     let acquired = match spec.wait {
         Some(wait) => locks.try_lock_for(&spec.name, wait).await,
@@ -83,61 +277,153 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     };
     let key = locks.keys(&spec.name).map(|k| k.lock).unwrap_or_default();
     // Install the handlers before the command starts: a SIGTERM/SIGINT arriving between the
-    // spawn and the installation would otherwise kill tairlock with the default action, leaving
-    // the command running unsupervised (and, once the watchdog is gone, without the lock).
-    let (mut sigterm, mut sigint) = match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(t), Ok(i)) => (t, i),
-        _ => {
-            eprintln!("tairlock run: cannot install signal handlers");
-            let _ = guard.release().await;
-            return EXIT_SPAWN;
-        }
+    // spawn and the installation would otherwise kill tairlock with the default action (the
+    // lifeline would then kill the command, but without a word).
+    let Ok(mut forward) = Forward::install() else {
+        eprintln!("tairlock run: cannot install signal handlers");
+        let _ = guard.release().await;
+        return EXIT_SPAWN;
     };
-    let mut child = match Command::new(&spec.command[0])
-        .args(&spec.command[1..])
-        .env("TAIRLOCK_KEY", &key)
-        .env("TAIRLOCK_NAME", &spec.name)
-        .env("TAIRLOCK_FENCE", guard.fence().to_string())
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(child) => child,
+    let env = SpecEnv {
+        command: &spec.command,
+        key: &key,
+        name: &spec.name,
+        fence: guard.fence(),
+    };
+    let (mut group, foreground) = match Group::start(&env) {
+        Ok(started) => started,
         Err(e) => {
-            eprintln!("tairlock run: cannot start {:?}: {e}", spec.command[0]);
+            eprintln!(
+                "tairlock run: cannot start the supervisor of {:?}: {e}",
+                spec.command[0]
+            );
             let _ = guard.release().await;
             return EXIT_SPAWN;
         }
     };
-    let pid = child.id();
-    loop {
+
+    let mut stop: Option<Stop> = None;
+    let mut kill_at: Option<Instant> = None;
+    let code = loop {
         tokio::select! {
-            status = child.wait() => {
-                let code = status.map(code_of).unwrap_or(1);
-                if guard.is_lost() {
-                    eprintln!("tairlock run: the lease on {} was lost while the command ran", spec.name);
-                    let _ = guard.release().await;
-                    return EXIT_LEASE_LOST;
-                }
-                if let Err(e) = guard.release().await {
-                    eprintln!("tairlock run: releasing {} failed ({e}); its lease will expire", spec.name);
-                }
-                return code;
+            status = group.supervisor.wait() => break status.map(code_of).unwrap_or(1),
+            () = guard.lost(), if stop.is_none() => {
+                eprintln!(
+                    "tairlock run: the lease on {} was lost; stopping the command's process group (SIGTERM)",
+                    spec.name
+                );
+                stop = Some(Stop::Lost);
+                kill_at = Some(Instant::now() + spec.grace);
+                group.signal(Signal::SIGTERM);
             }
-            () = guard.lost() => {
-                eprintln!("tairlock run: the lease on {} was lost; stopping the command (SIGTERM)", spec.name);
-                send(pid, Signal::SIGTERM);
-                if tokio::time::timeout(spec.grace, child.wait()).await.is_err() {
-                    eprintln!("tairlock run: the command did not stop within {:?}; SIGKILL", spec.grace);
-                    let _ = child.kill().await;
-                }
-                let _ = guard.release().await;
-                return EXIT_LEASE_LOST;
+            () = renewals_overdue(&guard, spec.grace), if stop.is_none() => {
+                eprintln!(
+                    "tairlock run: the lease on {} could not be renewed and ends within --grace ({:?}); \
+                     stopping the command's process group (SIGTERM)",
+                    spec.name, spec.grace
+                );
+                stop = Some(Stop::Overdue);
+                kill_at = Some(Instant::now() + spec.grace);
+                group.signal(Signal::SIGTERM);
             }
-            _ = sigterm.recv() => send(pid, Signal::SIGTERM),
-            _ = sigint.recv() => send(pid, Signal::SIGINT),
+            () = sleep_until_some(kill_at) => {
+                eprintln!(
+                    "tairlock run: the command did not stop within {:?}; SIGKILL to its process group",
+                    spec.grace
+                );
+                group.signal(Signal::SIGKILL);
+                if tokio::time::timeout(KILL_WAIT, group.supervisor.wait()).await.is_err() {
+                    eprintln!("tairlock run: the command's process group outlived SIGKILL by {KILL_WAIT:?}");
+                }
+                break 128 + Signal::SIGKILL as u8;
+            }
+            _ = forward.term.recv() => group.signal(Signal::SIGTERM),
+            _ = forward.int.recv() => group.signal(Signal::SIGINT),
+            _ = forward.hup.recv() => group.signal(Signal::SIGHUP),
         }
+    };
+    if group_alive(group.id) {
+        // The supervisor died without ending the group (someone killed it): nothing else
+        // will stop the group now.
+        eprintln!("tairlock run: the supervisor died; SIGKILL to the command's process group");
+        group.signal(Signal::SIGKILL);
+        let until = Instant::now() + KILL_WAIT;
+        while group_alive(group.id) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    if let Some(foreground) = foreground {
+        foreground.restore();
+    }
+    // The group is gone: the lifeline has nothing left to guard.
+    drop(group.lifeline);
+
+    if stop == Some(Stop::Overdue)
+        && let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero())
+    {
+        eprintln!(
+            "tairlock run: the command's process group ended {left:?} before the lease's deadline"
+        );
+    }
+    if stop.is_some() || guard.is_lost() {
+        if stop.is_none() {
+            eprintln!(
+                "tairlock run: the lease on {} was lost while the command ran",
+                spec.name
+            );
+        }
+        let _ = guard.release().await;
+        return EXIT_LEASE_LOST;
+    }
+    match guard.release().await {
+        Ok(Unlock::Released) => code,
+        Ok(found @ (Unlock::NotHeld | Unlock::HeldByOther)) => {
+            let what = if found == Unlock::NotHeld {
+                "gone"
+            } else {
+                "held by someone else"
+            };
+            eprintln!(
+                "tairlock run: the lease on {} was lost while the command ran: the release found \
+                 the lock {what} (the command exited with {code})",
+                spec.name
+            );
+            EXIT_LEASE_LOST
+        }
+        Err(e) => {
+            eprintln!(
+                "tairlock run: releasing {} failed ({e}); its lease will expire",
+                spec.name
+            );
+            code
+        }
+    }
+}
+
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grace_fits_inside_half_of_the_ttl() {
+        let ms = Duration::from_millis;
+        assert_eq!(grace_for(ms(1000), Some(ms(500))), Ok(ms(500)));
+        assert!(grace_for(ms(1000), Some(ms(501))).is_err());
+        assert!(grace_for(ms(3000), Some(ms(3000))).is_err());
+        // Without --grace: 5 s, capped at half of the ttl.
+        assert_eq!(grace_for(Duration::from_secs(30), None), Ok(DEFAULT_GRACE));
+        assert_eq!(grace_for(ms(1000), None), Ok(ms(500)));
+        let message = grace_for(ms(1000), Some(ms(600))).unwrap_err();
+        assert!(
+            message.contains("at most half of --ttl (500ms)"),
+            "{message}"
+        );
     }
 }

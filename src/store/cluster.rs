@@ -277,21 +277,21 @@ impl Store for ClusterStore {
                     let builder = builder(&self.urls, &self.options, self.options.response_timeout);
                     return crate::notify::Notifier::sharded(builder).await;
                 }
-                let mut last = None;
-                for url in &self.urls {
-                    let client = match redis::Client::open(url.as_str()) {
-                        Ok(client) => client,
-                        Err(e) => {
-                            last = Some(Error::from(e));
-                            continue;
-                        }
-                    };
-                    match crate::notify::Notifier::redis(client).await {
-                        Ok(n) => return Ok(n),
-                        Err(e) => last = Some(e),
-                    }
+                // One classic connection, to the first seed node that answers (made in the
+                // background; the next seed when it drops).
+                let clients = self
+                    .urls
+                    .iter()
+                    .map(|url| redis::Client::open(url.as_str()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                if clients.is_empty() {
+                    return Err(Error::invalid("no seed URL"));
                 }
-                Err(last.unwrap_or_else(|| Error::invalid("no seed URL")))
+                let timeouts = crate::notify::Timeouts {
+                    connect: self.options.connection_timeout,
+                    response: self.options.response_timeout,
+                };
+                Ok(crate::notify::Notifier::redis(clients, timeouts))
             })
             .await
             .ok()

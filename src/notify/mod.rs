@@ -226,10 +226,7 @@ impl Denial {
     /// Whether to skip asking now: refused less than [`DENIED_RETRY`] ago.
     fn holds_off(&self) -> bool {
         self.denied.load(Ordering::Relaxed)
-            && self
-                .at
-                .lock()
-                .is_some_and(|at| at.elapsed() < DENIED_RETRY)
+            && self.at.lock().is_some_and(|at| at.elapsed() < DENIED_RETRY)
     }
 }
 

@@ -56,7 +56,8 @@ impl ShardedSubscriber {
             .push_sender(tx)
             .build()?;
         let con = client.get_async_connection().await?;
-        let reader = tokio::spawn(read(rx, hub.clone(), con.clone(), denial.clone())).abort_handle();
+        let reader =
+            tokio::spawn(read(rx, hub.clone(), con.clone(), denial.clone())).abort_handle();
         Ok(ShardedSubscriber {
             con,
             hub,

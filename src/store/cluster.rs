@@ -244,7 +244,7 @@ impl Store for ClusterStore {
     async fn time(&self) -> Result<Duration> {
         // Keyless: answered by a random node. Scripts read the clock of their own key's master.
         let (secs, micros): (u64, u64) = self.command(&redis::cmd("TIME")).await?;
-        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+        super::server_time(secs, micros)
     }
 
     async fn eval(

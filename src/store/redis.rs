@@ -202,7 +202,7 @@ impl Store for RedisStore {
 
     async fn time(&self) -> Result<Duration> {
         let (secs, micros): (u64, u64) = self.command(&redis::cmd("TIME")).await?;
-        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+        super::server_time(secs, micros)
     }
 
     async fn eval(

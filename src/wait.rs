@@ -3,6 +3,9 @@
 //! - **By notification** (the default): releases publish on the lock's channel; a waiter sleeps
 //!   until a message *or* the holder's remaining time, whichever is first, then tries again. A
 //!   lost message, or a lock that expired instead of being released, costs at most one lease.
+//!   The waiter subscribes only once its first attempt found the lock busy, and waits for the
+//!   subscription within its patience and a limit; without one (refused by an ACL, stalled, or
+//!   a store without notifications) it polls as below. See [`notify`](crate::notify).
 //! - **By polling** ([`WaitStrategy::Poll`]): jittered, capped exponential back-off, never
 //!   longer than the holder's remaining time.
 //!

@@ -12,7 +12,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
-use tairlock::{Acquire, ExpireLock, RedisStore, Store, Unlock};
+use support::cluster::RedisCluster;
+use tairlock::notify::PubSub;
+use tairlock::{Acquire, ClusterStore, ExpireLock, RedisStore, Store, Unlock};
 use tairlock_rwlock::{Release, RwLock};
 
 const USER_PASSWORD: &str = "pw";
@@ -56,7 +58,7 @@ fn readme_rules() -> Vec<String> {
 
 /// Lock, release, force-unlock, `with_lock` and waiting on the core lock as the store's user;
 /// every release must succeed and report what it did.
-async fn core_locks_work(server: &RedisServer, holder: RedisStore, waiter: RedisStore) {
+async fn core_locks_work<S: Store>(server: &RedisServer, holder: S, waiter: S) {
     let locks = ExpireLock::new(holder);
     let guard = locks.lock("job").await.expect("lock");
     assert_eq!(
@@ -112,7 +114,7 @@ async fn core_locks_work(server: &RedisServer, holder: RedisStore, waiter: Redis
 }
 
 /// Read, write, downgrade and a writer waiting for a reader, as the store's user.
-async fn rwlocks_work(holder: RedisStore, waiter: RedisStore) {
+async fn rwlocks_work<S: Store>(holder: S, waiter: S) {
     let rw = RwLock::new(holder);
     let r = rw.read("doc").await.expect("read");
     assert_eq!(r.release().await.expect("read release"), Release::Released);
@@ -235,4 +237,39 @@ async fn the_readme_acl_rules_are_enough_for_every_lock_kind_with_notifications(
         tairlock::Options::default().keyspace(tairlock::Keyspace::new("other:").unwrap()),
     );
     assert!(foreign.try_lock("job").await.is_err());
+}
+
+/// The same on a Redis 7 cluster, whose releases announce with `SPUBLISH` and whose waiters
+/// `SSUBSCRIBE`: both refused to the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_user_without_channel_permissions_locks_releases_and_waits_by_polling() {
+    let cluster = RedisCluster::start(3);
+    for node in &cluster.nodes {
+        node.cli(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all"]);
+    }
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://app:{USER_PASSWORD}@127.0.0.1:{}", n.port()))
+        .collect();
+    let connect = || async {
+        match ClusterStore::connect(&urls).await {
+            Ok(store) => store,
+            Err(e) => cluster.fail(format!("cannot connect as app: {e}")),
+        }
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    assert_eq!(holder.pubsub(), PubSub::Sharded);
+
+    core_locks_work(&cluster.nodes[0], holder.clone(), waiter.clone()).await;
+    rwlocks_work(holder, waiter.clone()).await;
+
+    let notifier = waiter
+        .notifier()
+        .await
+        .expect("a cluster store has a notifier");
+    assert!(
+        notifier.notifications_denied(),
+        "the refused SSUBSCRIBE is not reported"
+    );
 }

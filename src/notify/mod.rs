@@ -15,6 +15,30 @@
 //! Which one a store uses is its [`Store::pubsub`](crate::Store::pubsub); the releasing scripts
 //! take the matching command as an argument, so publisher and subscriber always agree.
 //!
+//! # When a waiter subscribes, and for how long it waits for it
+//!
+//! - Only once its first attempt found the lock busy: an uncontended acquire sends no
+//!   `SUBSCRIBE` (and makes no pub/sub connection). A channel still subscribed from a recent wait
+//!   (it lingers 3 s after its last watcher) is joined for free before the first attempt.
+//! - Subscriptions are asked for in the background ([`Notifier::register`]); nothing holds a
+//!   lock across a round trip. A waiter waits for the acknowledgement at most until its own
+//!   deadline and at most [`SUBSCRIBE_LIMIT`] (so a `lock()` too), then tries again at once (a
+//!   release before the acknowledgement went unheard) and polls — jittered, never past the
+//!   holder's remaining time — until the subscription comes through. A pub/sub connection the
+//!   network stalls therefore costs a waiter at most that limit, and nobody else anything.
+//! - A pub/sub connection that drops, or does not answer a round trip or a keep-alive `PING`
+//!   within the store's response timeout, is made again, and every channel registered by then
+//!   (those registered during the reconnection included) is subscribed again.
+//!
+//! # A user without channel permissions
+//!
+//! Redis 7 gives a new ACL user no channels (`acl-pubsub-default resetchannels`). The releasing
+//! scripts announce with `redis.pcall` and ignore a refusal, so a release never fails on its
+//! announcement. A refused `SUBSCRIBE` (`NOPERM`) sets [`Notifier::notifications_denied`] (the
+//! one warning: no error reaches a waiter, and no refused command is sent per attempt — the
+//! client asks again at most once a minute), and waiters poll. The README lists the ACL rules a
+//! lock user needs.
+//!
 //! # Sharded pub/sub on a cluster
 //!
 //! The sharded subscriber is one dedicated cluster connection speaking RESP3, which sends each

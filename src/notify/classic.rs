@@ -118,8 +118,11 @@ impl Task {
     async fn run(self, mut requests: UnboundedReceiver<Request>) {
         let mut delay = Duration::from_millis(50);
         let mut next = 0;
+        if self.clients.is_empty() {
+            return;
+        }
         loop {
-            let client = &self.clients[next % self.clients.len().max(1)];
+            let client = &self.clients[next % self.clients.len()];
             next += 1;
             let connected =
                 tokio::time::timeout(self.timeouts.connect, client.get_async_pubsub()).await;

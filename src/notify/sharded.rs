@@ -71,7 +71,17 @@ impl ShardedSubscriber {
     pub(super) fn request(&self, channel: &str) {
         let (con, hub, denial) = (self.con.clone(), self.hub.clone(), self.denial.clone());
         let channel = channel.to_owned();
-        tokio::spawn(async move {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // No runtime to run it on: the next watcher asks again.
+            if let Some(ch) = hub.get(&channel) {
+                ch.set(Sub::Failed(
+                    crate::ErrorKind::InvalidInput,
+                    "a subscription needs a tokio runtime".into(),
+                ));
+            }
+            return;
+        };
+        handle.spawn(async move {
             let Some(ch) = hub.get(&channel) else {
                 return;
             };

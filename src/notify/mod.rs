@@ -394,12 +394,16 @@ impl Notifier {
     }
 
     /// A notifier with sharded subscriptions through a dedicated cluster connection built by
-    /// `client` (which must speak RESP3; see [`sharded`]).
-    pub(crate) async fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
+    /// `client` (which must speak RESP3; see [`sharded`]). Returns at once: the connection is
+    /// made in the background, and the first subscription waits for it.
+    ///
+    /// # Errors
+    ///
+    /// The client cannot be built (bad URLs or options).
+    pub(crate) fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
-        let subscriber =
-            sharded::ShardedSubscriber::start(client, hub.clone(), denial.clone()).await?;
+        let subscriber = sharded::ShardedSubscriber::start(client, hub.clone(), denial.clone())?;
         Ok(Notifier {
             inner: Arc::new(Inner {
                 hub,

@@ -18,6 +18,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
 
 use super::{Denial, Hub, LINGER, Sub, failed};
 use crate::error::Result;
@@ -31,7 +32,8 @@ use crate::error::Result;
 /// unsubscribing task looks again once the server answered and, if the channel is wanted
 /// again, subscribes it again and wakes its watchers (a release in between went unheard).
 pub(super) struct ShardedSubscriber {
-    con: ClusterConnection,
+    /// The cluster connection, once the background task has made it.
+    con: watch::Receiver<Option<ClusterConnection>>,
     hub: Arc<Hub>,
     denial: Arc<Denial>,
     reader: tokio::task::AbortHandle,
@@ -43,9 +45,20 @@ impl Drop for ShardedSubscriber {
     }
 }
 
+/// The connection once made; waits (in a background task, never for a caller) until it is.
+async fn connection(
+    mut con: watch::Receiver<Option<ClusterConnection>>,
+) -> Option<ClusterConnection> {
+    con.wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|c| c.clone())
+}
+
 impl ShardedSubscriber {
-    /// Connect with `builder` (RESP3 and the push channel are set here) and start reading.
-    pub(super) async fn start(
+    /// Build the client from `builder` (RESP3 and the push channel are set here) and start a
+    /// task that connects (retrying with back-off) and then reads. Returns at once.
+    pub(super) fn start(
         builder: ClusterClientBuilder,
         hub: Arc<Hub>,
         denial: Arc<Denial>,
@@ -55,9 +68,23 @@ impl ShardedSubscriber {
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(tx)
             .build()?;
-        let con = client.get_async_connection().await?;
-        let reader =
-            tokio::spawn(read(rx, hub.clone(), con.clone(), denial.clone())).abort_handle();
+        let (con_tx, con) = watch::channel(None);
+        let (task_hub, task_denial) = (hub.clone(), denial.clone());
+        let reader = tokio::spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            let con = loop {
+                match client.get_async_connection().await {
+                    Ok(con) => break con,
+                    Err(_) => {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+            con_tx.send_replace(Some(con.clone()));
+            read(rx, task_hub, con, task_denial).await;
+        })
+        .abort_handle();
         Ok(ShardedSubscriber {
             con,
             hub,
@@ -82,10 +109,12 @@ impl ShardedSubscriber {
             return;
         };
         handle.spawn(async move {
+            let Some(mut con) = connection(con).await else {
+                return;
+            };
             let Some(ch) = hub.get(&channel) else {
                 return;
             };
-            let mut con = con;
             match con.ssubscribe(&channel).await {
                 Ok(()) => {
                     denial.granted();
@@ -109,7 +138,9 @@ impl ShardedSubscriber {
             if !hub.forget_if_unwatched(&channel) {
                 return;
             }
-            let mut con = con;
+            let Some(mut con) = connection(con).await else {
+                return;
+            };
             let _ = con.sunsubscribe(&channel).await;
             // Registered again while the SUNSUBSCRIBE was on its way: it may have overtaken the
             // new SSUBSCRIBE.

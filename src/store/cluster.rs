@@ -31,7 +31,11 @@
 //! On older servers they use classic `PUBLISH`, which the cluster broadcasts to every node, and
 //! the notifier is one ordinary pub/sub connection to the first seed node that answers. If that
 //! node goes away, waiters fall back to timed retries (bounded by the holder's remaining lease)
-//! while the subscriber reconnects to the same node.
+//! while the subscriber reconnects, to the next seed node in turn.
+//!
+//! Either way the notifier's connection is made in the background on first use, and a waiter
+//! waits for it (and for its subscription) only within its own patience and
+//! [`SUBSCRIBE_LIMIT`](crate::notify::SUBSCRIBE_LIMIT).
 //!
 //! Every client of one lock must announce the same way (they do when they run against the same
 //! cluster with the same setting): a waiter subscribed one way does not hear releases announced
@@ -275,7 +279,7 @@ impl Store for ClusterStore {
             .get_or_try_init(|| async {
                 if self.pubsub == PubSub::Sharded {
                     let builder = builder(&self.urls, &self.options, self.options.response_timeout);
-                    return crate::notify::Notifier::sharded(builder).await;
+                    return crate::notify::Notifier::sharded(builder);
                 }
                 // One classic connection, to the first seed node that answers (made in the
                 // background; the next seed when it drops).

@@ -96,6 +96,38 @@ async fn a_stalled_subscription_connection_holds_up_no_acquire() {
     );
     assert!(released.elapsed() < Duration::from_secs(5));
     guard.release().await.unwrap();
+
+    // The RwLock waits the same way.
+    let rw = tairlock_rwlock::RwLock::new(locks.store().clone());
+    let started = Instant::now();
+    let w = tokio::time::timeout(Duration::from_secs(10), rw.write("free-rw"))
+        .await
+        .expect("write() on a free lock hung on the stalled pub/sub connection")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "write(free) took {:?}",
+        started.elapsed()
+    );
+    let other = tairlock_rwlock::RwLock::new(server.store().await);
+    let r = other.read("busy-rw").await.unwrap();
+    let started = Instant::now();
+    let got = tokio::time::timeout(
+        Duration::from_secs(10),
+        rw.try_write_for("busy-rw", Duration::from_millis(200)),
+    )
+    .await
+    .expect("try_write_for(200 ms) hung on the stalled pub/sub connection")
+    .unwrap();
+    let took = started.elapsed();
+    println!("try_write_for(200 ms) on a read-held lock, pub/sub stalled: {took:?}");
+    assert!(got.is_none());
+    assert!(
+        took < Duration::from_millis(600),
+        "try_write_for(200 ms) took {took:?}"
+    );
+    r.release().await.unwrap();
+    w.release().await.unwrap();
     assert!(proxy.connections().iter().any(|c| c.stalled));
 }
 

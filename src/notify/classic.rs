@@ -254,7 +254,12 @@ impl Task {
     /// UNSUBSCRIBE `name` if nobody watches it any more; false if the connection failed or
     /// stalled.
     async fn unsubscribe(&self, sink: &mut redis::aio::PubSubSink, name: &str) -> bool {
-        if !self.hub.forget_if_unwatched(name) {
+        let subscribed = self
+            .hub
+            .get(name)
+            .is_some_and(|ch| ch.state() == Sub::Subscribed);
+        // Never subscribed on this connection (refused, or failed): nothing to take back.
+        if !self.hub.forget_if_unwatched(name) || !subscribed {
             return true;
         }
         match tokio::time::timeout(self.timeouts.response, sink.unsubscribe(name)).await {

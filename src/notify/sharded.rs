@@ -135,7 +135,11 @@ impl ShardedSubscriber {
         let (con, denial) = (self.con.clone(), self.denial.clone());
         handle.spawn(async move {
             tokio::time::sleep(LINGER).await;
-            if !hub.forget_if_unwatched(&channel) {
+            let subscribed = hub
+                .get(&channel)
+                .is_some_and(|ch| ch.state() == Sub::Subscribed);
+            // Never subscribed (refused, or failed): nothing to take back.
+            if !hub.forget_if_unwatched(&channel) || !subscribed {
                 return;
             }
             let Some(mut con) = connection(con).await else {

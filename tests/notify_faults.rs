@@ -7,6 +7,8 @@
 //!   patience (and a limit for `lock()`), then polls.
 //! - An uncontended `lock()` + `release()` sends no `SUBSCRIBE`.
 //! - A subscription asked for while the subscriber reconnects is not lost.
+//! - A pub/sub connection that goes silent (black-holed: no reset, no bytes) is noticed by the
+//!   keep-alive and made again, and its waiters are woken, instead of sleeping out the lease.
 
 mod support;
 
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use support::RedisServer;
 use support::proxy::{Proxy, Which};
+use tairlock::store::redis::RedisOptions;
 use tairlock::{ExpireLock, RedisStore, Store, Unlock};
 
 /// `calls=` of one line of `INFO commandstats`, 0 when the command was never called.
@@ -226,4 +229,55 @@ async fn a_subscription_asked_for_while_the_subscriber_reconnects_is_not_lost() 
         deaf.is_empty(),
         "channels subscribed during the reconnection hear nothing: {deaf:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_dropped_subscription_is_noticed_and_its_waiter_woken() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut options = RedisOptions::default();
+    // The keep-alive runs every 5 response timeouts: 2.5 s here.
+    options.response_timeout = Duration::from_millis(500);
+    let store = RedisStore::connect_with(&proxy.url(), options)
+        .await
+        .expect("connect through the proxy");
+    let locks = ExpireLock::new(store);
+    let holder = ExpireLock::new(server.store().await);
+    let held = holder
+        .lock_with_lease("busy", Duration::from_secs(30), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let l = locks.clone();
+    let waiting = tokio::spawn(async move { l.lock("busy").await });
+    // Once the waiter listens, its pub/sub connection goes silent.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let pubsub = loop {
+        if let Some(c) = proxy
+            .connections()
+            .into_iter()
+            .find(|c| c.is_pubsub && c.open)
+        {
+            break c.index;
+        }
+        assert!(Instant::now() < give_up, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.black_hole(Which::Nth(pubsub));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    assert_eq!(held.release().await.unwrap(), Unlock::Released);
+    let guard = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter slept on a dead subscription past the release")
+        .unwrap()
+        .unwrap();
+    let took = released.elapsed();
+    println!("lock after the release, its subscription black-holed: {took:?}");
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?} of a 30 s lease"
+    );
+    guard.release().await.unwrap();
 }

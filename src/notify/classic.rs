@@ -15,7 +15,7 @@
 //! |---|---|
 //! | a channel's first watcher | `SUBSCRIBE` it (unless already subscribed), then mark it subscribed |
 //! | the last watcher left, 3 s ago | `UNSUBSCRIBE` it, unless a watcher came back meanwhile |
-//! | the connection drops, or a round trip or keep-alive `PING` takes longer than the response timeout | mark every channel pending, wake every watcher (anything may have been released meanwhile), connect again with back-off, `SUBSCRIBE` every registered channel (those registered during the reconnection included), mark them subscribed and wake them again |
+//! | the connection drops, or a round trip or a keep-alive `PING` (every 5 response timeouts while anything is subscribed) takes longer than the response timeout | mark every channel pending, wake every watcher (anything may have been released meanwhile), connect again with back-off, `SUBSCRIBE` every registered channel (those registered during the reconnection included), mark them subscribed and wake them again |
 //! | `NOPERM` (the user may not subscribe) | mark the channels failed and record the refusal ([`Notifier::notifications_denied`](super::Notifier::notifications_denied)); waiters poll |
 
 use std::sync::Arc;
@@ -28,8 +28,10 @@ use super::{Denial, Hub, LINGER, Sub, Timeouts, failed};
 
 /// How often an idle connection with subscriptions is checked with a `PING`: a connection that
 /// a network device stopped forwarding (no reset) would otherwise go unnoticed, and with it every
-/// release.
-const KEEPALIVE: Duration = Duration::from_secs(15);
+/// release. Five response timeouts (10 s with the default 2 s), within 1–15 s.
+fn keepalive(timeouts: &Timeouts) -> Duration {
+    (timeouts.response * 5).clamp(Duration::from_secs(1), Duration::from_secs(15))
+}
 
 /// A request to the connection's task.
 #[derive(Debug)]
@@ -193,7 +195,8 @@ impl Task {
         mut stream: redis::aio::PubSubStream,
         requests: &mut UnboundedReceiver<Request>,
     ) -> Stop {
-        let mut keepalive = tokio::time::Instant::now() + KEEPALIVE;
+        let every = keepalive(&self.timeouts);
+        let mut keepalive = tokio::time::Instant::now() + every;
         loop {
             tokio::select! {
                 msg = stream.next() => match msg {
@@ -209,10 +212,10 @@ impl Task {
                     if !ok {
                         return Stop::Lost;
                     }
-                    keepalive = tokio::time::Instant::now() + KEEPALIVE;
+                    keepalive = tokio::time::Instant::now() + every;
                 }
                 () = tokio::time::sleep_until(keepalive) => {
-                    keepalive = tokio::time::Instant::now() + KEEPALIVE;
+                    keepalive = tokio::time::Instant::now() + every;
                     if self.hub.all().is_empty() {
                         continue;
                     }

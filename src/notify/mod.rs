@@ -621,8 +621,8 @@ impl Watch {
 }
 
 /// How long a channel stays subscribed after its last local watcher left, so that a client
-/// locking the same name again soon (the common case) pays no SUBSCRIBE: an uncontended
-/// `lock()` is then one round trip.
+/// waiting for the same name again soon (the common case under contention) pays no SUBSCRIBE,
+/// and no second attempt: it joins the subscription before its first attempt.
 const LINGER: Duration = Duration::from_secs(3);
 
 impl Drop for Watch {

@@ -3,6 +3,9 @@
 //! - **By notification** (the default): releases publish on the lock's channel; a waiter sleeps
 //!   until a message *or* the holder's remaining time, whichever is first, then tries again. A
 //!   lost message, or a lock that expired instead of being released, costs at most one lease.
+//!   The waiter subscribes only once its first attempt found the lock busy, and waits for the
+//!   subscription within its patience and a limit; without one (refused by an ACL, stalled, or
+//!   a store without notifications) it polls as below. See [`notify`](crate::notify).
 //! - **By polling** ([`WaitStrategy::Poll`]): jittered, capped exponential back-off, never
 //!   longer than the holder's remaining time.
 //!
@@ -49,6 +52,9 @@ pub enum WaitStrategy {
 #[derive(Default)]
 pub(crate) struct Local {
     queues: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The store's notifier, once a wait needed it: later acquires look (without a round
+    /// trip) whether their channel is still subscribed before their first attempt.
+    notifier: std::sync::OnceLock<crate::notify::Notifier>,
 }
 
 impl fmt::Debug for Local {
@@ -66,6 +72,24 @@ impl Local {
             .entry(name.to_owned())
             .or_default()
             .clone()
+    }
+
+    /// The store's notifier (made within `deadline` and `SUBSCRIBE_LIMIT`), remembered.
+    async fn notifier<S: Store>(
+        &self,
+        store: &S,
+        deadline: Option<Instant>,
+    ) -> Option<crate::notify::Notifier> {
+        if let Some(n) = self.notifier.get() {
+            return Some(n.clone());
+        }
+        let n = crate::notify::notifier_by(store, deadline).await?;
+        Some(self.notifier.get_or_init(|| n).clone())
+    }
+
+    /// Watch `channel` if it is subscribed already (no round trip), else `None`.
+    fn watching(&self, channel: &str) -> Option<crate::notify::Watch> {
+        self.notifier.get()?.watching(channel)
     }
 
     fn forget(&self, name: &str, queue: Arc<tokio::sync::Mutex<()>>) {
@@ -194,6 +218,10 @@ impl<S: Store> ExpireLock<S> {
             // Whether this acquire waits by notification.
             let notify = matches!(self.options().wait, WaitStrategy::Notify)
                 && !matches!(patience, Patience::Once);
+            let deadline = match patience {
+                Patience::Until(deadline) => Some(deadline),
+                _ => None,
+            };
             let mut watch = None;
             let _turn = match queue.try_lock() {
                 Ok(turn) => turn,
@@ -203,9 +231,14 @@ impl<S: Store> ExpireLock<S> {
                     // Local contention: watch the channel while queued, not only once at the
                     // head, so the subscription lives as long as anyone here waits. Otherwise
                     // each new head subscribes and each departing one unsubscribes: two extra
-                    // commands per handoff (tests/lock_waiting.rs counts them).
+                    // commands per handoff (tests/lock_waiting.rs counts them). Registering
+                    // waits for nobody: the subscription is asked for in the background.
                     if notify {
-                        watch = self.watch_channel(&keys.channel, patience).await;
+                        watch = self
+                            .local
+                            .notifier(self.store(), deadline)
+                            .await
+                            .map(|n| n.register(&keys.channel));
                     }
                     match patience {
                         Patience::Until(deadline) => {
@@ -219,7 +252,9 @@ impl<S: Store> ExpireLock<S> {
                 }
             };
             if notify && watch.is_none() {
-                watch = self.watch_channel(&keys.channel, patience).await;
+                // Free if the channel is still subscribed from a recent wait: then a refusal of
+                // the first attempt needs no second one.
+                watch = self.local.watching(&keys.channel);
             }
             let mut backoff = match self.options().wait {
                 WaitStrategy::Poll { min, .. } => min,
@@ -234,7 +269,32 @@ impl<S: Store> ExpireLock<S> {
                 nonce: None,
             };
             let mut transient = Transient::new();
+            // Whether this acquire has waited for its subscription once already: a waiter waits
+            // for it at most once (bounded by its patience and `SUBSCRIBE_LIMIT`), then polls
+            // until the subscription comes through in the background.
+            let mut waited_for_subscription = false;
+            let mut subscribe = false;
             loop {
+                if std::mem::take(&mut subscribe) {
+                    // Busy: only now listen (an uncontended acquire never subscribes), within
+                    // the caller's patience, then try again at once: a release between the
+                    // refused attempt and the subscription must not be missed.
+                    if watch.is_none() {
+                        watch = self
+                            .local
+                            .notifier(self.store(), deadline)
+                            .await
+                            .map(|n| n.register(&keys.channel));
+                    }
+                    if let Some(w) = &watch {
+                        w.subscribed_by(deadline).await;
+                    }
+                }
+                // A message counts only on a subscription confirmed before the attempt: a
+                // release announced before that went unheard.
+                let listening = watch
+                    .as_ref()
+                    .is_some_and(crate::notify::Watch::is_subscribed);
                 let notified = watch.as_ref().map(|w| w.notified());
                 let mut notified = pin!(notified);
                 if let Some(n) = notified.as_mut().as_pin_mut() {
@@ -268,6 +328,16 @@ impl<S: Store> ExpireLock<S> {
                     }
                     Err(e) => return Err(e),
                 };
+                if matches!(patience, Patience::Once)
+                    || deadline.is_some_and(|d| Instant::now() >= d)
+                {
+                    return Ok(None);
+                }
+                if notify && !listening && !waited_for_subscription {
+                    waited_for_subscription = true;
+                    subscribe = true;
+                    continue;
+                }
                 let now = Instant::now();
                 let wake = match patience {
                     Patience::Once => return Ok(None),
@@ -277,7 +347,9 @@ impl<S: Store> ExpireLock<S> {
                 };
                 // Never sleep past the holder's lease: it may expire without a release.
                 let mut until = now + remaining + Duration::from_millis(1);
-                if watch.is_none() {
+                if !listening {
+                    // Polling: no subscription (a store without notifications, a refused or
+                    // stalled one), or one confirmed only after this attempt.
                     let (min, max) = match self.options().wait {
                         WaitStrategy::Poll { min, max } => (min, max),
                         WaitStrategy::Notify => {
@@ -303,20 +375,6 @@ impl<S: Store> ExpireLock<S> {
         .await;
         self.local.forget(name, queue);
         result
-    }
-
-    /// Watch the release channel, if the store has a notifier and the subscription works
-    /// before the caller's deadline.
-    async fn watch_channel(
-        &self,
-        channel: &str,
-        patience: Patience,
-    ) -> Option<crate::notify::Watch> {
-        let deadline = match patience {
-            Patience::Until(deadline) => Some(deadline),
-            _ => None,
-        };
-        crate::notify::watch_release(self.store(), channel, deadline).await
     }
 
     async fn guard(

@@ -46,7 +46,10 @@ fn command_stats(server: &RedisServer) -> BTreeMap<String, u64> {
 async fn stock_server_and_memory_store_select_the_scripted_lock() {
     let server = RedisServer::start();
     let caps = probe(&server.store().await).await.unwrap();
-    assert!(caps.scripting && caps.watch && caps.time, "{caps:?}");
+    assert!(
+        caps.scripting && caps.script_writes_after_time && caps.watch && caps.time,
+        "{caps:?}"
+    );
     assert!(
         caps.version
             .as_deref()

@@ -130,6 +130,15 @@ async fn exercise_legacy(store: &Recording, key: &str) {
         .eval(&tairlock_legacy::scripts::PROBE, &[], &[])
         .await
         .unwrap();
+    // The write-after-TIME probe writes one scratch key.
+    store
+        .eval(
+            &tairlock_legacy::scripts::PROBE_WRITE,
+            &["tairlock-legacy:probe".to_owned()],
+            &[],
+        )
+        .await
+        .unwrap();
 }
 
 async fn exercise_rwlock(store: &Recording, name: &str) {

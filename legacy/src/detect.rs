@@ -3,15 +3,28 @@
 //! | probe | how | tells |
 //! |---|---|---|
 //! | scripting | run [`scripts::PROBE`](crate::scripts::PROBE) (`EVALSHA`, `SCRIPT LOAD` on `NOSCRIPT`) | Lua works: `EVAL`/`EVALSHA`/`SCRIPT` exist and are allowed |
+//! | a write after `TIME` in a script | run [`scripts::PROBE_WRITE`](crate::scripts::PROBE_WRITE): `TIME`, then `SET … PX` and `DEL` of a scratch key | the acquire script can run: a server that replicates scripts verbatim (Redis before 5) refuses a write after a non-deterministic command |
 //! | `WATCH` | `WATCH` and `UNWATCH` on a dedicated connection | optimistic transactions work |
 //! | version | `INFO server` (`redis_version`), when allowed | `SET … PX`/`XX` (2.6.12) for the [`Modern`](Profile::Modern) WATCH profile |
 //! | `TIME` | `TIME` | server time for the [`Modern`](Profile::Modern) profile (2.6) |
 //!
-//! Strategy, strongest first: [`ScriptedLock`] if scripts run, else [`WatchLock`] if `WATCH`
-//! works (Modern when the server is ≥ 2.6.12 — or its version is hidden — and has `TIME`,
+//! Strategy, strongest first: [`ScriptedLock`] if scripts run and may write after `TIME`, else
+//! [`WatchLock`] if `WATCH` works (Modern when the server is ≥ 2.6.12 — or its version is hidden — and has `TIME`,
 //! Classic otherwise), else [`GetSetLock`]. Probing commands rather than trusting the version
 //! matters: a 7.x server started with `--rename-command EVAL ""` (and `EVALSHA`, `SCRIPT`,
 //! `FUNCTION`, `FCALL`) reports a version with scripting yet cannot run a script.
+//!
+//! The write-after-`TIME` probe decides when it answers either way; a refusal for another reason
+//! (an ACL without the scratch key, `OOM`, a read-only replica) leaves it to the version: Redis 5
+//! and later replicate script effects by default, so the scripts run there.
+//!
+//! | scripts run | write after `TIME` | `WATCH` works | picks |
+//! |---|---|---|---|
+//! | yes | yes | any | [`ScriptedLock`] |
+//! | yes | no (Redis < 5) | yes | [`WatchLock`] |
+//! | yes | no | no | [`GetSetLock`] |
+//! | no | — | yes | [`WatchLock`] |
+//! | no | — | no | [`GetSetLock`] |
 //!
 //! Every client of one server sees the same answer, so clients that detect pick the same kind.
 //! Clients that share keys must agree on the [`Unit`](crate::Unit) as well.
@@ -23,7 +36,7 @@ use tairlock::{ErrorKind, Result};
 use crate::getset::GetSetLock;
 use crate::options::{Holding, Options, Release, Renew, TryAcquire};
 use crate::scripted::ScriptedLock;
-use crate::scripts::PROBE;
+use crate::scripts::{PROBE, PROBE_WRITE};
 use crate::watch::{Profile, WatchConnection, WatchLock, WatchStore};
 
 /// What a server supports, as probed by [`probe`].
@@ -32,6 +45,9 @@ use crate::watch::{Profile, WatchConnection, WatchLock, WatchStore};
 pub struct Capabilities {
     /// Lua scripts run.
     pub scripting: bool,
+    /// A script may write after reading `TIME` (effects replication: Redis 5 and later, or
+    /// the embedded store), as the acquire and renew scripts do.
+    pub script_writes_after_time: bool,
     /// `WATCH`/`UNWATCH` work.
     pub watch: bool,
     /// `TIME` works (Redis ≥ 2.6).
@@ -63,9 +79,10 @@ impl Strategy {
 }
 
 impl Capabilities {
-    /// The strongest strategy: Scripted > Watch > GetSet.
+    /// The strongest strategy: Scripted > Watch > GetSet (the table in the
+    /// [module docs](self)).
     pub fn strongest(&self) -> Strategy {
-        if self.scripting {
+        if self.scripting && self.script_writes_after_time {
             Strategy::Scripted
         } else if self.watch {
             let modern = self.time
@@ -100,6 +117,24 @@ fn refused(e: &tairlock::Error) -> bool {
     !e.is_unanswered()
 }
 
+/// Whether the server refused a script's write because it came after a non-deterministic
+/// command (`TIME`): verbatim script replication, Redis before 5.
+fn refused_after_time(e: &tairlock::Error) -> bool {
+    let message = e.message().to_ascii_lowercase();
+    message.contains("non deterministic") || message.contains("non-deterministic")
+}
+
+/// Whether a server of `version` replicates script effects by default (Redis 5+), so a script
+/// may write after `TIME`; an unknown version is taken for a modern server.
+fn effects_replication(version: Option<&str>) -> bool {
+    version
+        .and_then(parse_version)
+        .is_none_or(|v| v >= (5, 0, 0))
+}
+
+/// The scratch key the write probe writes (for one second at most) and deletes.
+const PROBE_KEY: &str = "tairlock-legacy:probe";
+
 /// Probe `store`'s server; see the [module docs](self).
 ///
 /// # Errors
@@ -127,8 +162,17 @@ pub async fn probe<S: WatchStore>(store: &S) -> Result<Capabilities> {
         Err(e) => return Err(e),
     };
     let version = store.server_version().await?;
+    let script_writes_after_time = scripting
+        && match store.eval(&PROBE_WRITE, &[PROBE_KEY.to_owned()], &[]).await {
+            Ok(reply) => reply.as_int() == Some(1),
+            Err(e) if refused_after_time(&e) => false,
+            // Refused for another reason (an ACL, OOM, a read-only replica): the version tells.
+            Err(e) if refused(&e) => effects_replication(version.as_deref()),
+            Err(e) => return Err(e),
+        };
     Ok(Capabilities {
         scripting,
+        script_writes_after_time,
         watch,
         time,
         version,
@@ -346,6 +390,7 @@ mod tests {
     fn caps(scripting: bool, watch: bool, time: bool, version: Option<&str>) -> Capabilities {
         Capabilities {
             scripting,
+            script_writes_after_time: scripting,
             watch,
             time,
             version: version.map(str::to_owned),
@@ -378,6 +423,56 @@ mod tests {
             caps(false, false, false, Some("2.0.0")).strongest(),
             Strategy::GetSet
         );
+    }
+
+    /// The table in the module docs, row by row.
+    #[test]
+    fn a_server_that_refuses_a_write_after_time_gets_no_scripted_lock() {
+        let table = [
+            // (scripting, writes after TIME, watch, expected)
+            (true, true, true, Strategy::Scripted),
+            (true, true, false, Strategy::Scripted),
+            (true, false, true, Strategy::Watch(Profile::Modern)),
+            (true, false, false, Strategy::GetSet),
+            (false, false, true, Strategy::Watch(Profile::Modern)),
+            (false, false, false, Strategy::GetSet),
+        ];
+        for (scripting, writes, watch, expected) in table {
+            let caps = Capabilities {
+                scripting,
+                script_writes_after_time: writes,
+                watch,
+                time: true,
+                version: Some("4.0.14".to_owned()),
+            };
+            assert_eq!(caps.strongest(), expected, "{caps:?}");
+        }
+    }
+
+    #[test]
+    fn the_refusal_of_a_write_after_time_is_recognised() {
+        let redis4 = tairlock::Error::new(
+            ErrorKind::Server,
+            "ERR Error running script (call to f_0123): @user_script:6: @user_script: 6: Write \
+             commands not allowed after non deterministic commands. Call \
+             redis.replicate_commands() at the start of your script in order to switch to \
+             single commands replication mode.",
+        );
+        assert!(refused_after_time(&redis4));
+        let oom = tairlock::Error::new(
+            ErrorKind::Server,
+            "OOM command not allowed when used memory > 'maxmemory'.",
+        );
+        assert!(!refused_after_time(&oom));
+    }
+
+    #[test]
+    fn other_refusals_of_the_write_probe_leave_it_to_the_version() {
+        assert!(effects_replication(Some("7.0.15")));
+        assert!(effects_replication(Some("5.0.0")));
+        assert!(!effects_replication(Some("4.0.14")));
+        assert!(!effects_replication(Some("3.2.12")));
+        assert!(effects_replication(None));
     }
 
     #[test]

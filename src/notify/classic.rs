@@ -4,81 +4,87 @@
 //! cluster bus to every node, so one connection to any node hears every lock's releases: simple,
 //! but every release costs every node a message (see [`sharded`](super::sharded) for the
 //! alternative on Redis 7.0+).
+//!
+//! One task owns the connection: it makes it (and makes it again when it drops or stops
+//! answering), feeds the hub with its messages and sends every (un)subscribe in the order they
+//! were asked for. Callers only queue requests and wait, within their own patience, for their
+//! channel's state to change: nobody holds a lock across a round trip, and a stalled connection
+//! holds up nobody longer than they chose to wait.
+//!
+//! | event | what the task does |
+//! |---|---|
+//! | a channel's first watcher | `SUBSCRIBE` it (unless already subscribed), then mark it subscribed |
+//! | the last watcher left, 3 s ago | `UNSUBSCRIBE` it, unless a watcher came back meanwhile |
+//! | the connection drops, or a round trip or a keep-alive `PING` (every 5 response timeouts while anything is subscribed) takes longer than the response timeout | mark every channel pending, wake every watcher (anything may have been released meanwhile), connect again with back-off, `SUBSCRIBE` every registered channel (those registered during the reconnection included), mark them subscribed and wake them again |
+//! | `NOPERM` (the user may not subscribe) | mark the channels failed and record the refusal ([`Notifier::notifications_denied`](super::Notifier::notifications_denied)); waiters poll |
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::{Hub, LINGER};
-use crate::error::Result;
+use super::{Denial, Hub, LINGER, Sub, Timeouts, failed};
 
-/// One dedicated pub/sub connection: a sink for (un)subscribing and a reader task that feeds
-/// the hub, reconnecting and resubscribing when the connection drops.
+/// How often an idle connection with subscriptions is checked with a `PING`: a connection that
+/// a network device stopped forwarding (no reset) would otherwise go unnoticed, and with it every
+/// release. Five response timeouts (10 s with the default 2 s), within 1–15 s.
+fn keepalive(timeouts: &Timeouts) -> Duration {
+    (timeouts.response * 5).clamp(Duration::from_secs(1), Duration::from_secs(15))
+}
+
+/// A request to the connection's task.
+#[derive(Debug)]
+enum Request {
+    Subscribe(String),
+    /// Unsubscribe if still unwatched (checked by the task, in order with the subscribes).
+    Unsubscribe(String),
+}
+
+/// The handle of the connection's task. See the [module docs](self).
 pub(super) struct ClassicSubscriber {
-    sink: Arc<tokio::sync::Mutex<Option<redis::aio::PubSubSink>>>,
-    reader: tokio::task::AbortHandle,
+    requests: UnboundedSender<Request>,
+    task: tokio::task::AbortHandle,
 }
 
 impl Drop for ClassicSubscriber {
     fn drop(&mut self) {
-        self.reader.abort();
+        self.task.abort();
     }
 }
 
 impl ClassicSubscriber {
-    pub(super) async fn start(client: redis::Client, hub: Arc<Hub>) -> Result<Self> {
-        let (sink, stream) = client.get_async_pubsub().await?.split();
-        let sink = Arc::new(tokio::sync::Mutex::new(Some(sink)));
-        let reader = tokio::spawn(Self::read(client, hub, sink.clone(), stream)).abort_handle();
-        Ok(ClassicSubscriber { sink, reader })
-    }
-
-    async fn read(
-        client: redis::Client,
+    /// Start the task; it connects to the first of `clients` that answers.
+    pub(super) fn start(
+        clients: Vec<redis::Client>,
         hub: Arc<Hub>,
-        sink: Arc<tokio::sync::Mutex<Option<redis::aio::PubSubSink>>>,
-        mut stream: redis::aio::PubSubStream,
-    ) {
-        loop {
-            while let Some(msg) = stream.next().await {
-                hub.deliver(msg.get_channel_name());
+        denial: Arc<Denial>,
+        timeouts: Timeouts,
+    ) -> Self {
+        let (requests, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(
+            Task {
+                clients,
+                hub,
+                denial,
+                timeouts,
             }
-            // The connection dropped: anything may have been released meanwhile.
-            *sink.lock().await = None;
-            hub.wake_all();
-            let mut delay = Duration::from_millis(50);
-            loop {
-                tokio::time::sleep(delay).await;
-                if let Ok(pubsub) = client.get_async_pubsub().await {
-                    let (mut new_sink, new_stream) = pubsub.split();
-                    let names = hub.names();
-                    if names.is_empty() || new_sink.subscribe(&names).await.is_ok() {
-                        *sink.lock().await = Some(new_sink);
-                        stream = new_stream;
-                        hub.wake_all();
-                        break;
-                    }
-                }
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-        }
+            .run(rx),
+        )
+        .abort_handle();
+        ClassicSubscriber { requests, task }
     }
 
-    pub(super) async fn subscribe(&self, channel: &str) -> Result<()> {
-        let mut sink = self.sink.lock().await;
-        match sink.as_mut() {
-            Some(s) => Ok(s.subscribe(channel).await?),
-            // Reconnecting: the reader resubscribes every watched channel when it is back.
-            None => Ok(()),
-        }
+    /// Queue a SUBSCRIBE for `channel` (its state is [`Sub::Pending`] already).
+    pub(super) fn request(&self, channel: &str) {
+        // The task lives as long as this handle.
+        let _ = self.requests.send(Request::Subscribe(channel.to_owned()));
     }
 
     /// After [`LINGER`], unsubscribe `channel` unless a watcher has come back. The check and the
-    /// removal happen under the sink's lock, so a SUBSCRIBE for a new registration of the
-    /// channel is never overtaken by this UNSUBSCRIBE.
+    /// UNSUBSCRIBE happen in the task, in order with the SUBSCRIBEs, so the SUBSCRIBE of a new
+    /// registration of the channel is never overtaken by this UNSUBSCRIBE.
     pub(super) fn unsubscribe_later(&self, channel: &str, hub: Arc<Hub>) {
-        let sink = self.sink.clone();
         let channel = channel.to_owned();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             // No runtime to wait on: drop the registration now (the subscription stays until
@@ -86,15 +92,188 @@ impl ClassicSubscriber {
             hub.forget_if_unwatched(&channel);
             return;
         };
+        let requests = self.requests.clone();
         handle.spawn(async move {
             tokio::time::sleep(LINGER).await;
-            let mut sink = sink.lock().await;
-            if !hub.forget_if_unwatched(&channel) {
-                return;
-            }
-            if let Some(s) = sink.as_mut() {
-                let _ = s.unsubscribe(&channel).await;
-            }
+            let _ = requests.send(Request::Unsubscribe(channel));
         });
     }
+}
+
+/// The connection's task.
+struct Task {
+    clients: Vec<redis::Client>,
+    hub: Arc<Hub>,
+    denial: Arc<Denial>,
+    timeouts: Timeouts,
+}
+
+/// Why serving a connection stopped.
+enum Stop {
+    /// The handle was dropped: end the task.
+    Closed,
+    /// The connection dropped or stalled: make it again.
+    Lost,
+}
+
+impl Task {
+    async fn run(self, mut requests: UnboundedReceiver<Request>) {
+        let mut delay = Duration::from_millis(50);
+        let mut next = 0;
+        if self.clients.is_empty() {
+            return;
+        }
+        loop {
+            let client = &self.clients[next % self.clients.len()];
+            next += 1;
+            let connected =
+                tokio::time::timeout(self.timeouts.connect, client.get_async_pubsub()).await;
+            let Ok(Ok(pubsub)) = connected else {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                continue;
+            };
+            let (mut sink, stream) = pubsub.split();
+            if !self.resubscribe(&mut sink).await {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                continue;
+            }
+            delay = Duration::from_millis(50);
+            match self.serve(&mut sink, stream, &mut requests).await {
+                Stop::Closed => return,
+                Stop::Lost => {
+                    // Anything may have been released meanwhile; every registered channel is
+                    // subscribed again on the next connection.
+                    for (_, ch) in self.hub.all() {
+                        ch.set(Sub::Pending);
+                    }
+                    self.hub.wake_all();
+                }
+            }
+        }
+    }
+
+    /// On a new connection, SUBSCRIBE every registered channel that wants it; true unless the
+    /// connection failed (a refusal marks the channels failed and counts as done).
+    async fn resubscribe(&self, sink: &mut redis::aio::PubSubSink) -> bool {
+        let wanted: Vec<_> = self
+            .hub
+            .all()
+            .into_iter()
+            .filter(|(_, ch)| matches!(ch.state(), Sub::Pending | Sub::Subscribed))
+            .collect();
+        if wanted.is_empty() {
+            return true;
+        }
+        let names: Vec<&str> = wanted.iter().map(|(name, _)| name.as_str()).collect();
+        match tokio::time::timeout(self.timeouts.response, sink.subscribe(&names)).await {
+            Ok(Ok(())) => {
+                self.denial.granted();
+                for (_, ch) in &wanted {
+                    ch.set(Sub::Subscribed);
+                }
+                // A release while the subscription was down went unheard.
+                self.hub.wake_all();
+                true
+            }
+            Ok(Err(e)) if super::is_denial(&e) => {
+                let state = failed(e, &self.denial);
+                for (_, ch) in &wanted {
+                    ch.set(state.clone());
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Feed the hub and carry out requests until the connection drops or stalls.
+    async fn serve(
+        &self,
+        sink: &mut redis::aio::PubSubSink,
+        mut stream: redis::aio::PubSubStream,
+        requests: &mut UnboundedReceiver<Request>,
+    ) -> Stop {
+        let every = keepalive(&self.timeouts);
+        let mut keepalive = tokio::time::Instant::now() + every;
+        loop {
+            tokio::select! {
+                msg = stream.next() => match msg {
+                    Some(msg) => self.hub.deliver(msg.get_channel_name()),
+                    None => return Stop::Lost,
+                },
+                request = requests.recv() => {
+                    let ok = match request {
+                        None => return Stop::Closed,
+                        Some(Request::Subscribe(name)) => self.subscribe(sink, &name).await,
+                        Some(Request::Unsubscribe(name)) => self.unsubscribe(sink, &name).await,
+                    };
+                    if !ok {
+                        return Stop::Lost;
+                    }
+                    keepalive = tokio::time::Instant::now() + every;
+                }
+                () = tokio::time::sleep_until(keepalive) => {
+                    keepalive = tokio::time::Instant::now() + every;
+                    if self.hub.all().is_empty() {
+                        continue;
+                    }
+                    let ping = sink.ping::<redis::Value>();
+                    if !matches!(tokio::time::timeout(self.timeouts.response, ping).await, Ok(Ok(_))) {
+                        return Stop::Lost;
+                    }
+                }
+            }
+        }
+    }
+
+    /// SUBSCRIBE `name` if it is registered and not subscribed yet; false if the connection
+    /// failed or stalled.
+    async fn subscribe(&self, sink: &mut redis::aio::PubSubSink, name: &str) -> bool {
+        let Some(ch) = self.hub.get(name) else {
+            return true;
+        };
+        if ch.state() == Sub::Subscribed {
+            return true;
+        }
+        match tokio::time::timeout(self.timeouts.response, sink.subscribe(name)).await {
+            Ok(Ok(())) => {
+                self.denial.granted();
+                ch.set(Sub::Subscribed);
+                true
+            }
+            // The connection dropped: the channel stays pending, as every other one.
+            Ok(Err(e)) if is_lost(&e) => false,
+            Ok(Err(e)) => {
+                ch.set(failed(e, &self.denial));
+                true
+            }
+            // Stalled: the channel stays pending, and is subscribed on the next connection.
+            Err(_) => false,
+        }
+    }
+
+    /// UNSUBSCRIBE `name` if nobody watches it any more; false if the connection failed or
+    /// stalled.
+    async fn unsubscribe(&self, sink: &mut redis::aio::PubSubSink, name: &str) -> bool {
+        let subscribed = self
+            .hub
+            .get(name)
+            .is_some_and(|ch| ch.state() == Sub::Subscribed);
+        // Never subscribed on this connection (refused, or failed): nothing to take back.
+        if !self.hub.forget_if_unwatched(name) || !subscribed {
+            return true;
+        }
+        match tokio::time::timeout(self.timeouts.response, sink.unsubscribe(name)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => !is_lost(&e),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Whether `err` means the connection is gone (rather than a refusal of this one command).
+fn is_lost(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_timeout()
 }

@@ -15,6 +15,30 @@
 //! Which one a store uses is its [`Store::pubsub`](crate::Store::pubsub); the releasing scripts
 //! take the matching command as an argument, so publisher and subscriber always agree.
 //!
+//! # When a waiter subscribes, and for how long it waits for it
+//!
+//! - Only once its first attempt found the lock busy: an uncontended acquire sends no
+//!   `SUBSCRIBE` (and makes no pub/sub connection). A channel still subscribed from a recent wait
+//!   (it lingers 3 s after its last watcher) is joined for free before the first attempt.
+//! - Subscriptions are asked for in the background ([`Notifier::register`]); nothing holds a
+//!   lock across a round trip. A waiter waits for the acknowledgement at most until its own
+//!   deadline and at most [`SUBSCRIBE_LIMIT`] (so a `lock()` too), then tries again at once (a
+//!   release before the acknowledgement went unheard) and polls — jittered, never past the
+//!   holder's remaining time — until the subscription comes through. A pub/sub connection the
+//!   network stalls therefore costs a waiter at most that limit, and nobody else anything.
+//! - A pub/sub connection that drops, or does not answer a round trip or a keep-alive `PING`
+//!   within the store's response timeout, is made again, and every channel registered by then
+//!   (those registered during the reconnection included) is subscribed again.
+//!
+//! # A user without channel permissions
+//!
+//! Redis 7 gives a new ACL user no channels (`acl-pubsub-default resetchannels`). The releasing
+//! scripts announce with `redis.pcall` and ignore a refusal, so a release never fails on its
+//! announcement. A refused `SUBSCRIBE` (`NOPERM`) sets [`Notifier::notifications_denied`] (the
+//! one warning: no error reaches a waiter, and no refused command is sent per attempt — the
+//! client asks again at most once a minute), and waiters poll. The README lists the ACL rules a
+//! lock user needs.
+//!
 //! # Sharded pub/sub on a cluster
 //!
 //! The sharded subscriber is one dedicated cluster connection speaking RESP3, which sends each
@@ -41,23 +65,79 @@ mod sharded;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Where one channel's subscription stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sub {
+    /// Nobody asked yet.
+    Idle,
+    /// A SUBSCRIBE is on its way (or the connection is being made again, after which every
+    /// registered channel is subscribed again).
+    Pending,
+    /// The server acknowledged it: messages are delivered.
+    Subscribed,
+    /// The last request failed; the next watcher that needs it asks again.
+    Failed(ErrorKind, Arc<str>),
+}
 
 /// Local watchers of one channel.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Channel {
     notify: Notify,
     watchers: Mutex<usize>,
-    /// Set once the server has acknowledged the SUBSCRIBE (Redis only). Every watcher waits for
-    /// it, not only the first: a later watcher that returned while the first one's SUBSCRIBE
-    /// was still in flight could otherwise start waiting before messages are delivered, and a
-    /// release in that window would cost the holder's whole remaining lease.
-    subscribed: tokio::sync::OnceCell<()>,
+    /// The subscription's state, set by the backend. Every watcher that needs messages waits
+    /// for [`Sub::Subscribed`], not only the first: a later watcher that went ahead while the
+    /// first one's SUBSCRIBE was still in flight would otherwise wait on messages nobody
+    /// delivers yet, and a release in that window would cost the holder's whole remaining lease.
+    state: tokio::sync::watch::Sender<Sub>,
+}
+
+impl Default for Channel {
+    fn default() -> Self {
+        Channel {
+            notify: Notify::new(),
+            watchers: Mutex::new(0),
+            state: tokio::sync::watch::Sender::new(Sub::Idle),
+        }
+    }
+}
+
+impl Channel {
+    /// Take the job of subscribing: true (and now [`Sub::Pending`]) if nobody had it.
+    fn claim(&self) -> bool {
+        self.state.send_if_modified(|s| {
+            let free = matches!(s, Sub::Idle | Sub::Failed(..));
+            if free {
+                *s = Sub::Pending;
+            }
+            free
+        })
+    }
+
+    fn set(&self, state: Sub) {
+        self.state.send_replace(state);
+    }
+
+    fn state(&self) -> Sub {
+        self.state.borrow().clone()
+    }
+
+    /// The state once no request is in flight.
+    async fn settled(&self) -> Sub {
+        let mut rx = self.state.subscribe();
+        // The sender lives as long as `self`: `wait_for` cannot fail.
+        match rx.wait_for(|s| *s != Sub::Pending).await {
+            Ok(s) => s.clone(),
+            Err(_) => self.state(),
+        }
+    }
 }
 
 /// channel name → its local watchers.
@@ -69,28 +149,31 @@ pub(crate) struct Hub {
 impl Hub {
     /// Wake every local watcher of `channel`.
     pub(crate) fn deliver(&self, channel: &str) {
-        let found = self.channels.lock().get(channel).cloned();
-        if let Some(ch) = found {
+        if let Some(ch) = self.get(channel) {
             ch.notify.notify_waiters();
         }
     }
 
     fn wake_all(&self) {
-        let all: Vec<_> = self.channels.lock().values().cloned().collect();
-        for ch in all {
+        for (_, ch) in self.all() {
             ch.notify.notify_waiters();
         }
     }
 
-    /// Register a watcher; true if it is the channel's first.
-    fn join(&self, channel: &str) -> (Arc<Channel>, bool) {
+    /// Register a watcher.
+    fn join(&self, channel: &str) -> Arc<Channel> {
         let mut channels = self.channels.lock();
         let ch = channels.entry(channel.to_owned()).or_default().clone();
-        let mut n = ch.watchers.lock();
-        *n += 1;
-        let first = *n == 1;
-        drop(n);
-        (ch, first)
+        *ch.watchers.lock() += 1;
+        ch
+    }
+
+    /// Register a watcher of `channel` if it is registered already and in `state`.
+    fn join_existing(&self, channel: &str, state: &Sub) -> Option<Arc<Channel>> {
+        let channels = self.channels.lock();
+        let ch = channels.get(channel).filter(|ch| ch.state() == *state)?;
+        *ch.watchers.lock() += 1;
+        Some(ch.clone())
     }
 
     /// Unregister a watcher; true if it was the channel's last. With `linger`, an unwatched
@@ -124,14 +207,65 @@ impl Hub {
         unwatched
     }
 
-    fn names(&self) -> Vec<String> {
-        self.channels.lock().keys().cloned().collect()
+    fn get(&self, channel: &str) -> Option<Arc<Channel>> {
+        self.channels.lock().get(channel).cloned()
     }
 
-    /// Whether `channel` is registered (watched, or lingering after its last watcher).
-    fn contains(&self, channel: &str) -> bool {
-        self.channels.lock().contains_key(channel)
+    /// Every registered channel (watched, or lingering after its last watcher).
+    fn all(&self) -> Vec<(String, Arc<Channel>)> {
+        self.channels
+            .lock()
+            .iter()
+            .map(|(name, ch)| (name.clone(), ch.clone()))
+            .collect()
     }
+}
+
+/// Whether the server refuses this client subscriptions (an ACL user without channel
+/// permissions), shared by a notifier and its backend's tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Denial {
+    denied: AtomicBool,
+    /// When the last refusal came; subscriptions are not asked for again before
+    /// [`DENIED_RETRY`] has passed.
+    at: Mutex<Option<tokio::time::Instant>>,
+}
+
+/// How long a refused client stops asking for subscriptions (then it asks once more, in case
+/// an administrator granted the channels meanwhile).
+const DENIED_RETRY: Duration = Duration::from_secs(60);
+
+impl Denial {
+    fn refused(&self) {
+        self.denied.store(true, Ordering::Relaxed);
+        *self.at.lock() = Some(tokio::time::Instant::now());
+    }
+
+    fn granted(&self) {
+        if self.denied.swap(false, Ordering::Relaxed) {
+            *self.at.lock() = None;
+        }
+    }
+
+    /// Whether to skip asking now: refused less than [`DENIED_RETRY`] ago.
+    fn holds_off(&self) -> bool {
+        self.denied.load(Ordering::Relaxed)
+            && self.at.lock().is_some_and(|at| at.elapsed() < DENIED_RETRY)
+    }
+}
+
+/// Whether `err` is the server's ACL refusal of a channel (`NOPERM`).
+fn is_denial(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOPERM")
+}
+
+/// The state a failed (un)subscribe leaves a channel in; a refusal is recorded in `denial`.
+fn failed(err: redis::RedisError, denial: &Denial) -> Sub {
+    if is_denial(&err) {
+        denial.refused();
+    }
+    let err = Error::from(err);
+    Sub::Failed(err.kind(), err.message().into())
 }
 
 /// How releases are announced and heard. See the [module docs](self).
@@ -162,6 +296,7 @@ pub struct Notifier {
 
 struct Inner {
     hub: Arc<Hub>,
+    denial: Arc<Denial>,
     backend: Backend,
 }
 
@@ -182,12 +317,13 @@ impl Backend {
         }
     }
 
-    /// Subscribe `channel`, returning once the server acknowledged it.
-    async fn subscribe(&self, channel: &str) -> Result<()> {
+    /// Ask for `channel` to be subscribed; the backend moves `ch` out of [`Sub::Pending`] when
+    /// the server answered. Never waits for the server itself.
+    fn request(&self, name: &str, ch: &Arc<Channel>) {
         match self {
-            Backend::InProcess => Ok(()),
-            Backend::Classic(c) => c.subscribe(channel).await,
-            Backend::Sharded(s) => s.subscribe(channel).await,
+            Backend::InProcess => ch.set(Sub::Subscribed),
+            Backend::Classic(c) => c.request(name),
+            Backend::Sharded(s) => s.request(name),
         }
     }
 
@@ -209,8 +345,23 @@ impl fmt::Debug for Notifier {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Notifier")
             .field("backend", &self.inner.backend.name())
+            .field("notifications_denied", &self.notifications_denied())
             .finish_non_exhaustive()
     }
+}
+
+/// How long one subscription request may take before a waiter stops waiting for it and polls
+/// instead, whatever its patience (the request itself goes on in the background, and a later
+/// waiter finds the channel subscribed).
+pub const SUBSCRIBE_LIMIT: Duration = Duration::from_secs(2);
+
+/// Timeouts of a notifier's own connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    /// For making the pub/sub connection.
+    pub(crate) connect: Duration,
+    /// For one (un)subscribe round trip; a connection that takes longer is made again.
+    pub(crate) response: Duration,
 }
 
 impl Notifier {
@@ -219,31 +370,44 @@ impl Notifier {
         Notifier {
             inner: Arc::new(Inner {
                 hub,
+                denial: Arc::default(),
                 backend: Backend::InProcess,
             }),
         }
     }
 
-    /// A notifier with one dedicated classic pub/sub connection to the server of `client`.
-    pub(crate) async fn redis(client: redis::Client) -> Result<Self> {
+    /// A notifier with one dedicated classic pub/sub connection to the first of `clients` that
+    /// answers (the next one when it drops). Returns at once: the connection is made in the
+    /// background, and the first subscription waits for it.
+    pub(crate) fn redis(clients: Vec<redis::Client>, timeouts: Timeouts) -> Self {
         let hub = Arc::new(Hub::default());
-        let subscriber = classic::ClassicSubscriber::start(client, hub.clone()).await?;
-        Ok(Notifier {
+        let denial = Arc::new(Denial::default());
+        let subscriber =
+            classic::ClassicSubscriber::start(clients, hub.clone(), denial.clone(), timeouts);
+        Notifier {
             inner: Arc::new(Inner {
                 hub,
+                denial,
                 backend: Backend::Classic(subscriber),
             }),
-        })
+        }
     }
 
     /// A notifier with sharded subscriptions through a dedicated cluster connection built by
-    /// `client` (which must speak RESP3; see [`sharded`]).
-    pub(crate) async fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
+    /// `client` (which must speak RESP3; see [`sharded`]). Returns at once: the connection is
+    /// made in the background, and the first subscription waits for it.
+    ///
+    /// # Errors
+    ///
+    /// The client cannot be built (bad URLs or options).
+    pub(crate) fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
         let hub = Arc::new(Hub::default());
-        let subscriber = sharded::ShardedSubscriber::start(client, hub.clone()).await?;
+        let denial = Arc::new(Denial::default());
+        let subscriber = sharded::ShardedSubscriber::start(client, hub.clone(), denial.clone())?;
         Ok(Notifier {
             inner: Arc::new(Inner {
                 hub,
+                denial,
                 backend: Backend::Sharded(subscriber),
             }),
         })
@@ -258,54 +422,114 @@ impl Notifier {
         }
     }
 
-    /// Start watching `channel`: messages published on it from now on wake [`Watch::notified`].
-    /// The first local watcher of a channel subscribes (one round trip, acknowledged before
-    /// this returns); later ones cost nothing, but also return only once that acknowledgement
-    /// is in (if the first one's SUBSCRIBE failed or was cancelled, the next one retries it).
-    ///
-    /// # Errors
-    ///
-    /// The subscription failed (connection). Waiters then fall back to timed retries.
-    pub async fn watch(&self, channel: &str) -> Result<Watch> {
-        let (ch, _first) = self.inner.hub.join(channel);
+    /// Whether the server refuses this client its release channels: the user's ACL has no
+    /// channel permissions (Redis 7's default for a new user is `resetchannels`; grant
+    /// `&<prefix>*`, see the README). Waiters then poll (jittered, never past the holder's
+    /// remaining time) instead of failing, and this flag is how the refusal shows: it is set by
+    /// the first refused `SUBSCRIBE` and stays set until a later one succeeds. A refused client
+    /// asks again at most once a minute, so a refusal costs no command per attempt.
+    pub fn notifications_denied(&self) -> bool {
+        self.inner.denial.denied.load(Ordering::Relaxed)
+    }
+
+    /// Start watching `channel` without waiting for the server: messages published on it wake
+    /// [`Watch::notified`] once [`Watch::is_subscribed`]. The channel's first watcher asks for
+    /// the subscription; [`Watch::subscribed`] waits for it.
+    pub fn register(&self, channel: &str) -> Watch {
+        let ch = self.inner.hub.join(channel);
         let watch = Watch {
-            channel: ch.clone(),
+            channel: ch,
             name: channel.to_owned(),
             notifier: self.clone(),
         };
-        ch.subscribed
-            .get_or_try_init(|| self.inner.backend.subscribe(channel))
-            .await?;
+        self.request(&watch.channel, channel);
+        watch
+    }
+
+    /// A watch of `channel` if it is subscribed already (it lingers after its last watcher
+    /// left, or someone else here watches it), else `None`; never asks the server anything.
+    /// For the first attempt of an acquire, which subscribes only if the lock is busy.
+    pub fn watching(&self, channel: &str) -> Option<Watch> {
+        let ch = self.inner.hub.join_existing(channel, &Sub::Subscribed)?;
+        Some(Watch {
+            channel: ch,
+            name: channel.to_owned(),
+            notifier: self.clone(),
+        })
+    }
+
+    /// Ask for `channel`'s subscription unless it is subscribed or on its way; false when the
+    /// server refused this client subscriptions recently (nothing is asked then).
+    fn request(&self, channel: &Arc<Channel>, name: &str) -> bool {
+        if self.inner.denial.holds_off() {
+            return false;
+        }
+        if channel.claim() {
+            self.inner.backend.request(name, channel);
+        }
+        true
+    }
+
+    /// Start watching `channel` and wait until the server acknowledged the subscription:
+    /// messages published on it from now on wake [`Watch::notified`]. As [`register`]
+    /// followed by [`Watch::subscribed`]. Unbounded: bound it with a timeout (a stalled
+    /// connection is only noticed after the store's response timeout).
+    ///
+    /// [`register`]: Self::register
+    ///
+    /// # Errors
+    ///
+    /// As [`Watch::subscribed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the subscription goes on in the background.
+    pub async fn watch(&self, channel: &str) -> Result<Watch> {
+        let watch = self.register(channel);
+        watch.subscribed().await?;
         Ok(watch)
     }
 }
 
 /// How a waiting loop starts listening: `store`'s notifier watching `channel`, or `None` when the
-/// store has no notifier, the subscription failed, or `deadline` came first (connecting the
-/// notifier and the acknowledged `SUBSCRIBE` are bounded by it, so a `try_lock_for` never
-/// overruns its timeout waiting for them). Without a watch, the waiter polls.
+/// store has no notifier, the subscription failed or was refused, or `deadline` or
+/// [`SUBSCRIBE_LIMIT`] came first (connecting the notifier and the acknowledged `SUBSCRIBE` are
+/// bounded by both, so a `try_lock_for` never overruns its timeout waiting for them and a
+/// stalled pub/sub connection never holds up a `lock()` for more than the limit). Without a
+/// watch, the waiter polls.
 ///
 /// # Cancel safety
 ///
-/// Cancel safe: a subscription cut short is retried by the channel's next watcher.
+/// Cancel safe: a subscription cut short goes on in the background.
 pub async fn watch_release<S: crate::Store>(
     store: &S,
     channel: &str,
     deadline: Option<tokio::time::Instant>,
 ) -> Option<Watch> {
-    let watch = async {
-        match store.notifier().await {
-            Some(n) => n.watch(channel).await.ok(),
-            None => None,
-        }
-    };
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline, watch)
-            .await
-            .ok()
-            .flatten(),
-        None => watch.await,
-    }
+    let watch = notifier_by(store, deadline).await?.register(channel);
+    watch.subscribed_by(deadline).await.then_some(watch)
+}
+
+/// The bound of one wait for the notifier: `deadline`, and [`SUBSCRIBE_LIMIT`] from now.
+fn bound(deadline: Option<tokio::time::Instant>) -> tokio::time::Instant {
+    let limit = tokio::time::Instant::now() + SUBSCRIBE_LIMIT;
+    deadline.map_or(limit, |d| d.min(limit))
+}
+
+/// `store`'s notifier, or `None` when it has none or it could not be made by `deadline` (or
+/// [`SUBSCRIBE_LIMIT`]).
+///
+/// # Cancel safety
+///
+/// Cancel safe.
+pub async fn notifier_by<S: crate::Store>(
+    store: &S,
+    deadline: Option<tokio::time::Instant>,
+) -> Option<Notifier> {
+    tokio::time::timeout_at(bound(deadline), store.notifier())
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Interest in one channel. Dropping it unsubscribes when it was the channel's last watcher.
@@ -319,6 +543,7 @@ impl fmt::Debug for Watch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Watch")
             .field("channel", &self.name)
+            .field("subscribed", &self.is_subscribed())
             .finish()
     }
 }
@@ -326,7 +551,8 @@ impl fmt::Debug for Watch {
 impl Watch {
     /// A future that completes on the next message. Create it (and pin and
     /// [`enable`](tokio::sync::futures::Notified::enable) it) *before* the attempt whose failure
-    /// makes you wait, so a release between the attempt and the wait is not missed.
+    /// makes you wait, so a release between the attempt and the wait is not missed — and rely
+    /// on it only if the watch [`is_subscribed`](Self::is_subscribed) at that point.
     pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.channel.notify.notified()
     }
@@ -335,11 +561,68 @@ impl Watch {
     pub async fn wait(&self, timeout: Duration) -> bool {
         tokio::time::timeout(timeout, self.notified()).await.is_ok()
     }
+
+    /// Whether the server has acknowledged the channel's subscription (and the connection has
+    /// not dropped since): messages are delivered now.
+    pub fn is_subscribed(&self) -> bool {
+        self.channel.state() == Sub::Subscribed
+    }
+
+    /// Wait until the channel is subscribed. Asks once more if the last request failed.
+    ///
+    /// # Errors
+    ///
+    /// The subscription failed: a connection error or timeout, or the server refused it
+    /// ([`Notifier::notifications_denied`]; `NOPERM`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the request goes on in the background.
+    pub async fn subscribed(&self) -> Result<()> {
+        let mut asked = false;
+        loop {
+            match self.channel.state() {
+                Sub::Subscribed => return Ok(()),
+                Sub::Pending => {
+                    self.channel.settled().await;
+                }
+                Sub::Idle | Sub::Failed(..) if !asked => {
+                    asked = true;
+                    if !self.notifier.request(&self.channel, &self.name) {
+                        return Err(Error::new(
+                            ErrorKind::Server,
+                            format!(
+                                "NOPERM the server refuses this client the channel {} (see the \
+                                 README on ACL rules)",
+                                self.name
+                            ),
+                        ));
+                    }
+                }
+                Sub::Failed(kind, message) => return Err(Error::new(kind, message.to_string())),
+                Sub::Idle => {
+                    return Err(Error::new(
+                        ErrorKind::Connection,
+                        format!("the subscription to {} was dropped", self.name),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// [`subscribed`](Self::subscribed) bounded by `deadline` and [`SUBSCRIBE_LIMIT`] from now;
+    /// true if the channel is subscribed.
+    pub async fn subscribed_by(&self, deadline: Option<tokio::time::Instant>) -> bool {
+        matches!(
+            tokio::time::timeout_at(bound(deadline), self.subscribed()).await,
+            Ok(Ok(()))
+        )
+    }
 }
 
 /// How long a channel stays subscribed after its last local watcher left, so that a client
-/// locking the same name again soon (the common case) pays no SUBSCRIBE: an uncontended
-/// `lock()` is then one round trip.
+/// waiting for the same name again soon (the common case under contention) pays no SUBSCRIBE,
+/// and no second attempt: it joins the subscription before its first attempt.
 const LINGER: Duration = Duration::from_secs(3);
 
 impl Drop for Watch {

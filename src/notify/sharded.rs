@@ -18,16 +18,24 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
 
-use super::{Hub, LINGER};
+use super::{Denial, Hub, LINGER, Sub, failed};
 use crate::error::Result;
 
 /// The sharded subscriber. See the [module docs](self).
+///
+/// Every (un)subscribe runs in a task of its own on the multiplexed cluster connection (whose
+/// response timeout bounds it): callers never wait on a round trip, only, within their own
+/// patience, for their channel's state to change. Nothing orders an `SUNSUBSCRIBE` after the
+/// linger against the `SSUBSCRIBE` of a channel registered again meanwhile; instead the
+/// unsubscribing task looks again once the server answered and, if the channel is wanted
+/// again, subscribes it again and wakes its watchers (a release in between went unheard).
 pub(super) struct ShardedSubscriber {
-    con: ClusterConnection,
-    /// Serialises (un)subscribe commands: an `SUNSUBSCRIBE` sent after the linger never overtakes
-    /// the `SSUBSCRIBE` of a channel that was registered again meanwhile.
-    order: Arc<tokio::sync::Mutex<()>>,
+    /// The cluster connection, once the background task has made it.
+    con: watch::Receiver<Option<ClusterConnection>>,
+    hub: Arc<Hub>,
+    denial: Arc<Denial>,
     reader: tokio::task::AbortHandle,
 }
 
@@ -37,26 +45,84 @@ impl Drop for ShardedSubscriber {
     }
 }
 
+/// The connection once made; waits (in a background task, never for a caller) until it is.
+async fn connection(
+    mut con: watch::Receiver<Option<ClusterConnection>>,
+) -> Option<ClusterConnection> {
+    con.wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|c| c.clone())
+}
+
 impl ShardedSubscriber {
-    /// Connect with `builder` (RESP3 and the push channel are set here) and start reading.
-    pub(super) async fn start(builder: ClusterClientBuilder, hub: Arc<Hub>) -> Result<Self> {
+    /// Build the client from `builder` (RESP3 and the push channel are set here) and start a
+    /// task that connects (retrying with back-off) and then reads. Returns at once.
+    pub(super) fn start(
+        builder: ClusterClientBuilder,
+        hub: Arc<Hub>,
+        denial: Arc<Denial>,
+    ) -> Result<Self> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<PushInfo>();
         let client = builder
             .use_protocol(ProtocolVersion::RESP3)
             .push_sender(tx)
             .build()?;
-        let con = client.get_async_connection().await?;
-        let order = Arc::new(tokio::sync::Mutex::new(()));
-        let reader = tokio::spawn(read(rx, hub, con.clone(), order.clone())).abort_handle();
-        Ok(ShardedSubscriber { con, order, reader })
+        let (con_tx, con) = watch::channel(None);
+        let (task_hub, task_denial) = (hub.clone(), denial.clone());
+        let reader = tokio::spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            let con = loop {
+                match client.get_async_connection().await {
+                    Ok(con) => break con,
+                    Err(_) => {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+            con_tx.send_replace(Some(con.clone()));
+            read(rx, task_hub, con, task_denial).await;
+        })
+        .abort_handle();
+        Ok(ShardedSubscriber {
+            con,
+            hub,
+            denial,
+            reader,
+        })
     }
 
-    /// `SSUBSCRIBE channel` on the master of its slot; returns once confirmed.
-    pub(super) async fn subscribe(&self, channel: &str) -> Result<()> {
-        let _order = self.order.lock().await;
-        let mut con = self.con.clone();
-        con.ssubscribe(channel).await?;
-        Ok(())
+    /// `SSUBSCRIBE channel` on the master of its slot, in the background; the channel is
+    /// marked subscribed once confirmed.
+    pub(super) fn request(&self, channel: &str) {
+        let (con, hub, denial) = (self.con.clone(), self.hub.clone(), self.denial.clone());
+        let channel = channel.to_owned();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // No runtime to run it on: the next watcher asks again.
+            if let Some(ch) = hub.get(&channel) {
+                ch.set(Sub::Failed(
+                    crate::ErrorKind::InvalidInput,
+                    "a subscription needs a tokio runtime".into(),
+                ));
+            }
+            return;
+        };
+        handle.spawn(async move {
+            let Some(mut con) = connection(con).await else {
+                return;
+            };
+            let Some(ch) = hub.get(&channel) else {
+                return;
+            };
+            match con.ssubscribe(&channel).await {
+                Ok(()) => {
+                    denial.granted();
+                    ch.set(Sub::Subscribed);
+                }
+                Err(e) => ch.set(failed(e, &denial)),
+            }
+        });
     }
 
     /// After [`LINGER`], `SUNSUBSCRIBE` `channel` unless a watcher has come back.
@@ -66,16 +132,26 @@ impl ShardedSubscriber {
             hub.forget_if_unwatched(&channel);
             return;
         };
-        let con = self.con.clone();
-        let order = self.order.clone();
+        let (con, denial) = (self.con.clone(), self.denial.clone());
         handle.spawn(async move {
             tokio::time::sleep(LINGER).await;
-            let _order = order.lock().await;
-            if !hub.forget_if_unwatched(&channel) {
+            let subscribed = hub
+                .get(&channel)
+                .is_some_and(|ch| ch.state() == Sub::Subscribed);
+            // Never subscribed (refused, or failed): nothing to take back.
+            if !hub.forget_if_unwatched(&channel) || !subscribed {
                 return;
             }
-            let mut con = con;
+            let Some(mut con) = connection(con).await else {
+                return;
+            };
             let _ = con.sunsubscribe(&channel).await;
+            // Registered again while the SUNSUBSCRIBE was on its way: it may have overtaken the
+            // new SSUBSCRIBE.
+            if let Some(ch) = hub.get(&channel) {
+                ch.set(Sub::Pending);
+                follow(vec![channel], hub, con, denial).await;
+            }
         });
     }
 }
@@ -95,7 +171,7 @@ async fn read(
     mut pushes: UnboundedReceiver<PushInfo>,
     hub: Arc<Hub>,
     con: ClusterConnection,
-    order: Arc<tokio::sync::Mutex<()>>,
+    denial: Arc<Denial>,
 ) {
     while let Some(push) = pushes.recv().await {
         match push.kind {
@@ -106,14 +182,16 @@ async fn read(
             }
             PushKind::SUnsubscribe => {
                 if let Some(channel) = channel_of(&push)
-                    && hub.contains(&channel)
+                    && let Some(ch) = hub.get(&channel)
+                    && ch.state() == Sub::Subscribed
                 {
                     // Still wanted, so the server dropped it: the slot moved.
+                    ch.set(Sub::Pending);
                     tokio::spawn(follow(
                         vec![channel],
                         hub.clone(),
                         con.clone(),
-                        order.clone(),
+                        denial.clone(),
                     ));
                 }
             }
@@ -122,8 +200,17 @@ async fn read(
                 // the node is gone for good its slots move to a promoted replica, which has
                 // none of our subscriptions. Subscribe every watched channel again (a no-op on
                 // the nodes that still have them) until each succeeds.
+                let names = hub
+                    .all()
+                    .into_iter()
+                    .filter(|(_, ch)| matches!(ch.state(), Sub::Pending | Sub::Subscribed))
+                    .map(|(name, ch)| {
+                        ch.set(Sub::Pending);
+                        name
+                    })
+                    .collect();
                 hub.wake_all();
-                tokio::spawn(follow(hub.names(), hub.clone(), con.clone(), order.clone()));
+                tokio::spawn(follow(names, hub.clone(), con.clone(), denial.clone()));
             }
             _ => {}
         }
@@ -133,25 +220,26 @@ async fn read(
 /// Subscribe each of `channels` again (the first attempts may meet a dead node or the old
 /// owner's `MOVED` while the connection learns the new slot map), then wake its watchers once:
 /// a release while the subscription was down went unheard.
-async fn follow(
-    channels: Vec<String>,
-    hub: Arc<Hub>,
-    con: ClusterConnection,
-    order: Arc<tokio::sync::Mutex<()>>,
-) {
+async fn follow(channels: Vec<String>, hub: Arc<Hub>, con: ClusterConnection, denial: Arc<Denial>) {
     for channel in channels {
         let mut delay = Duration::from_millis(10);
         loop {
-            {
-                let _order = order.lock().await;
-                if !hub.contains(&channel) {
-                    break;
-                }
-                let mut con = con.clone();
-                if con.ssubscribe(&channel).await.is_ok() {
+            let Some(ch) = hub.get(&channel) else {
+                break;
+            };
+            let mut con = con.clone();
+            match con.ssubscribe(&channel).await {
+                Ok(()) => {
+                    denial.granted();
+                    ch.set(Sub::Subscribed);
                     hub.deliver(&channel);
                     break;
                 }
+                Err(e) if super::is_denial(&e) => {
+                    ch.set(failed(e, &denial));
+                    break;
+                }
+                Err(_) => {}
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(1));

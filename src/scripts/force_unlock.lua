@@ -17,10 +17,12 @@ if string.sub(cur, 1, 4) ~= 'tl1:' then
 end
 redis.call('DEL', KEYS[1])
 if ARGV[1] then
-  -- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
-  -- than fail a release that has already happened.
+  -- The announcement never fails the release that has already happened: a user without
+  -- channel permissions (Redis 7's default `acl-pubsub-default resetchannels`) or a server
+  -- without SPUBLISH (mid-upgrade: fall back to PUBLISH) leaves waiters to their timed
+  -- retries, which the holder's remaining time bounds.
   if ARGV[2] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[1], 'released')) == 'table' then
-    redis.call('PUBLISH', ARGV[1], 'released')
+    redis.pcall('PUBLISH', ARGV[1], 'released')
   end
 end
 return 1

@@ -31,7 +31,11 @@
 //! On older servers they use classic `PUBLISH`, which the cluster broadcasts to every node, and
 //! the notifier is one ordinary pub/sub connection to the first seed node that answers. If that
 //! node goes away, waiters fall back to timed retries (bounded by the holder's remaining lease)
-//! while the subscriber reconnects to the same node.
+//! while the subscriber reconnects, to the next seed node in turn.
+//!
+//! Either way the notifier's connection is made in the background on first use, and a waiter
+//! waits for it (and for its subscription) only within its own patience and
+//! [`SUBSCRIBE_LIMIT`](crate::notify::SUBSCRIBE_LIMIT).
 //!
 //! Every client of one lock must announce the same way (they do when they run against the same
 //! cluster with the same setting): a waiter subscribed one way does not hear releases announced
@@ -244,7 +248,7 @@ impl Store for ClusterStore {
     async fn time(&self) -> Result<Duration> {
         // Keyless: answered by a random node. Scripts read the clock of their own key's master.
         let (secs, micros): (u64, u64) = self.command(&redis::cmd("TIME")).await?;
-        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+        super::server_time(secs, micros)
     }
 
     async fn eval(
@@ -275,23 +279,23 @@ impl Store for ClusterStore {
             .get_or_try_init(|| async {
                 if self.pubsub == PubSub::Sharded {
                     let builder = builder(&self.urls, &self.options, self.options.response_timeout);
-                    return crate::notify::Notifier::sharded(builder).await;
+                    return crate::notify::Notifier::sharded(builder);
                 }
-                let mut last = None;
-                for url in &self.urls {
-                    let client = match redis::Client::open(url.as_str()) {
-                        Ok(client) => client,
-                        Err(e) => {
-                            last = Some(Error::from(e));
-                            continue;
-                        }
-                    };
-                    match crate::notify::Notifier::redis(client).await {
-                        Ok(n) => return Ok(n),
-                        Err(e) => last = Some(e),
-                    }
+                // One classic connection, to the first seed node that answers (made in the
+                // background; the next seed when it drops).
+                let clients = self
+                    .urls
+                    .iter()
+                    .map(|url| redis::Client::open(url.as_str()))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                if clients.is_empty() {
+                    return Err(Error::invalid("no seed URL"));
                 }
-                Err(last.unwrap_or_else(|| Error::invalid("no seed URL")))
+                let timeouts = crate::notify::Timeouts {
+                    connect: self.options.connection_timeout,
+                    response: self.options.response_timeout,
+                };
+                Ok(crate::notify::Notifier::redis(clients, timeouts))
             })
             .await
             .ok()

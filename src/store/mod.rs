@@ -194,6 +194,27 @@ impl Ttl {
     }
 }
 
+/// The latest server clock reading taken for real: about the year 5138. A `TIME` past it is a
+/// malformed reply, and everything computed from server time (lease values in ms, legacy
+/// timestamps in units) stays far from overflowing.
+const MAX_SERVER_SECS: u64 = 100_000_000_000;
+
+/// Decode a `TIME` reply (`[seconds, microseconds]`) into the time since the epoch.
+///
+/// # Errors
+///
+/// [`ErrorKind::Server`](crate::ErrorKind::Server) for microseconds of a second or more, or a
+/// time past the year 5000: a malformed reply, never a panic.
+pub fn server_time(secs: u64, micros: u64) -> Result<Duration> {
+    if micros >= 1_000_000 || secs > MAX_SERVER_SECS {
+        return Err(crate::Error::new(
+            crate::ErrorKind::Server,
+            format!("unexpected TIME reply: [{secs}, {micros}]"),
+        ));
+    }
+    Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+}
+
 /// The operations a lock kind may send to a store. See the [module docs](self).
 ///
 /// Every method is one round trip and one atomic step on the server. Methods mirror the Redis
@@ -263,5 +284,28 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// the store needs no runtime (the embedded store).
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_reply_out_of_range_is_an_error_not_a_panic() {
+        assert_eq!(
+            server_time(1_700_000_000, 123_456).unwrap(),
+            Duration::from_micros(1_700_000_000_123_456)
+        );
+        for (secs, micros) in [
+            (u64::MAX, 999_999),
+            (u64::MAX, u64::MAX),
+            (1, 1_000_000),
+            (MAX_SERVER_SECS + 1, 0),
+        ] {
+            let err = server_time(secs, micros).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Server, "{err}");
+            assert!(err.to_string().contains("unexpected TIME reply"), "{err}");
+        }
     }
 }

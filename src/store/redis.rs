@@ -202,7 +202,7 @@ impl Store for RedisStore {
 
     async fn time(&self) -> Result<Duration> {
         let (secs, micros): (u64, u64) = self.command(&redis::cmd("TIME")).await?;
-        Ok(Duration::from_secs(secs) + Duration::from_micros(micros))
+        super::server_time(secs, micros)
     }
 
     async fn eval(
@@ -224,13 +224,21 @@ impl Store for RedisStore {
     }
 
     async fn notifier(&self) -> Option<crate::notify::Notifier> {
-        // One pub/sub connection per store handle (and its clones), made on first use. While it
-        // cannot be made, waiters poll, bounded by the holder's remaining time.
-        self.notifier
-            .get_or_try_init(|| crate::notify::Notifier::redis(self.client.clone()))
-            .await
-            .ok()
-            .cloned()
+        // One pub/sub connection per store handle (and its clones), made in the background on
+        // first use (nothing here waits for the server). While it cannot be made, waiters
+        // poll, bounded by the holder's remaining time.
+        let timeouts = crate::notify::Timeouts {
+            connect: self.options.connection_timeout,
+            response: self.options.response_timeout,
+        };
+        Some(
+            self.notifier
+                .get_or_init(|| async {
+                    crate::notify::Notifier::redis(vec![self.client.clone()], timeouts)
+                })
+                .await
+                .clone(),
+        )
     }
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {

@@ -10,6 +10,7 @@
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod cluster;
+pub mod proxy;
 pub mod server;
 
 use std::collections::BTreeMap;

@@ -7,17 +7,20 @@
 //! | [`RELEASE`] | lock, fence | value, fence | `1` / `0` / `-1` / `-2` |
 //! | [`RENEW`] | lock, fence | value, fence, ms per unit, lease in units, fence retention ms | `{1, value, px}` / `{0}` / `{-1}` / `{-2}` |
 //! | [`PROBE`] | | | `1` |
+//! | [`PROBE_WRITE`] | scratch key | | `1` (an error where a write after `TIME` is refused) |
 //!
 //! Every one reads the time from the server (`TIME`) when it needs it, checks key types before
 //! writing (`WRONGTYPE`/`NOTLOCK`, nothing written), and is O(1).
 
 mod acquire;
 mod probe;
+mod probe_write;
 mod release;
 mod renew;
 
 pub use self::acquire::ACQUIRE;
 pub use self::probe::PROBE;
+pub use self::probe_write::PROBE_WRITE;
 pub use self::release::RELEASE;
 pub use self::renew::RENEW;
 
@@ -25,7 +28,7 @@ use tairlock::Script;
 use tairlock::store::memory::{CommandError, CommandResult, Db};
 
 /// Every script, e.g. for [`RedisStore::preload`](tairlock::RedisStore::preload).
-pub static ALL: [&Script; 4] = [&ACQUIRE, &RELEASE, &RENEW, &PROBE];
+pub static ALL: [&Script; 5] = [&ACQUIRE, &RELEASE, &RENEW, &PROBE, &PROBE_WRITE];
 
 /// `TYPE` must be `none` or `string`, as the Lua checks it.
 fn string_or_none(db: &mut Db, key: &str, what: &str) -> CommandResult<&'static str> {

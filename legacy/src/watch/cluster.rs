@@ -566,3 +566,60 @@ impl WatchConnection for ClusterWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value as V;
+
+    fn range(first: i64, last: i64, master: Vec<V>) -> V {
+        V::Array(vec![V::Int(first), V::Int(last), V::Array(master)])
+    }
+
+    #[test]
+    fn a_well_formed_slot_map_parses() {
+        let map = SlotMap::parse(V::Array(vec![range(
+            0,
+            16383,
+            vec![V::BulkString(b"10.0.0.1".to_vec()), V::Int(7000)],
+        )]))
+        .expect("well formed");
+        assert_eq!(map.ranges.len(), 1);
+        assert_eq!(map.owner(42).map(|n| n.port), Some(7000));
+    }
+
+    /// Item 9 of issue 12: every malformed `CLUSTER SLOTS` reply is refused, none panics.
+    #[test]
+    fn a_malformed_slot_map_is_refused_without_a_panic() {
+        let host = || V::BulkString(b"h".to_vec());
+        for reply in [
+            V::Nil,
+            V::Int(1),
+            V::BulkString(b"ERR".to_vec()),
+            V::Array(vec![V::Nil]),
+            V::Array(vec![V::Array(vec![])]),
+            V::Array(vec![V::Array(vec![V::Int(0)])]),
+            V::Array(vec![V::Array(vec![V::Int(0), V::Int(5)])]),
+            V::Array(vec![V::Array(vec![V::Int(0), V::Int(5), V::Nil])]),
+            V::Array(vec![range(0, 5, vec![])]),
+            V::Array(vec![range(0, 5, vec![host()])]),
+            V::Array(vec![range(0, 5, vec![host(), V::Int(-1)])]),
+            V::Array(vec![range(0, 5, vec![host(), V::Int(i64::MAX)])]),
+            V::Array(vec![range(
+                0,
+                5,
+                vec![host(), V::BulkString(b"7000".to_vec())],
+            )]),
+            V::Array(vec![range(0, 5, vec![V::Int(3), V::Int(7000)])]),
+            V::Array(vec![range(-1, 5, vec![host(), V::Int(7000)])]),
+            V::Array(vec![range(0, i64::MAX, vec![host(), V::Int(7000)])]),
+            V::Array(vec![range(
+                0,
+                5,
+                vec![V::BulkString(vec![0xff]), V::Int(7000)],
+            )]),
+        ] {
+            assert!(SlotMap::parse(reply.clone()).is_none(), "{reply:?}");
+        }
+    }
+}

@@ -677,7 +677,7 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                         .and_then(|s| s.parse::<u64>().ok())
                         .ok_or_else(bad)
                 };
-                Duration::from_secs(part(0)?) + Duration::from_micros(part(1)?)
+                tairlock::store::server_time(part(0)?, part(1)?)?
             }
             Profile::Classic => self.lock.options.clock.now(),
         };

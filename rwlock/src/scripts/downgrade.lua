@@ -37,9 +37,11 @@ if redis.call('PTTL', KEYS[2]) < lease then
   redis.call('PEXPIRE', KEYS[2], lease)
 end
 redis.call('DEL', KEYS[1])
--- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
--- than fail a release that has already happened.
+-- The announcement never fails the release that has already happened: a user without
+-- channel permissions (Redis 7's default `acl-pubsub-default resetchannels`) or a server
+-- without SPUBLISH (mid-upgrade: fall back to PUBLISH) leaves waiters to their timed
+-- retries, which the holder's remaining time bounds.
 if ARGV[5] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[4], 'released')) == 'table' then
-  redis.call('PUBLISH', ARGV[4], 'released')
+  redis.pcall('PUBLISH', ARGV[4], 'released')
 end
 return {1, expiry, redis.call('ZCARD', KEYS[2])}

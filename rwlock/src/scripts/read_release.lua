@@ -20,10 +20,12 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 end
 -- Only a waiting writer cares, and only once no live reader is left.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  -- SPUBLISH where asked; a server without it (mid-upgrade) announces classically rather
-  -- than fail a release that has already happened.
+  -- The announcement never fails the release that has already happened: a user without
+  -- channel permissions (Redis 7's default `acl-pubsub-default resetchannels`) or a server
+  -- without SPUBLISH (mid-upgrade: fall back to PUBLISH) leaves waiters to their timed
+  -- retries, which the holder's remaining time bounds.
   if ARGV[3] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[2], 'released')) == 'table' then
-    redis.call('PUBLISH', ARGV[2], 'released')
+    redis.pcall('PUBLISH', ARGV[2], 'released')
   end
 end
 return 1

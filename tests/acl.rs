@@ -1,0 +1,275 @@
+//! Locks as ACL-restricted users on a real Redis 7 server (issue 12, item 2).
+//!
+//! - A user made the usual way, `ACL SETUSER app on >pw ~* +@all`, gets no channel permissions
+//!   (Redis 7's default `acl-pubsub-default resetchannels`): every `PUBLISH`/`SUBSCRIBE` is
+//!   refused. No release may fail on that (the scripts delete, then announce), and waiters poll
+//!   instead of failing, with the refusal recorded once, not an error per attempt.
+//! - The minimal rules the README documents are enough for every lock kind, notifications
+//!   included. The test reads them from the README, so the two cannot drift apart.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::RedisServer;
+use support::cluster::RedisCluster;
+use tairlock::notify::PubSub;
+use tairlock::{Acquire, ClusterStore, ExpireLock, RedisStore, Store, Unlock};
+use tairlock_rwlock::{Release, RwLock};
+
+const USER_PASSWORD: &str = "pw";
+
+/// `calls=`/`rejected_calls=` of one line of `INFO commandstats`, 0 when absent.
+fn stat(server: &RedisServer, command: &str, field: &str) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find(|l| l.starts_with(&prefix)) else {
+        return 0;
+    };
+    line[prefix.len()..]
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(&format!("{field}=")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A store connected as `user`.
+async fn store_as(server: &RedisServer, user: &str, password: &str) -> RedisStore {
+    let url = format!("redis://{user}:{password}@127.0.0.1:{}", server.port());
+    match RedisStore::connect(&url).await {
+        Ok(store) => store,
+        Err(e) => server.fail(format!("cannot connect as {user}: {e}")),
+    }
+}
+
+/// The `ACL SETUSER` line of the README's section on ACL rules, as arguments.
+fn readme_rules() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let section = readme
+        .split("## ACL rules for a lock user")
+        .nth(1)
+        .expect("the README has a section on ACL rules");
+    let line = section
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER "))
+        .expect("the section has an ACL SETUSER line");
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Lock, release, force-unlock, `with_lock` and waiting on the core lock as the store's user;
+/// every release must succeed and report what it did.
+async fn core_locks_work<S: Store>(server: &RedisServer, holder: S, waiter: S) {
+    let locks = ExpireLock::new(holder);
+    let guard = locks.lock("job").await.expect("lock");
+    assert_eq!(
+        guard.release().await.expect("a release must not fail"),
+        Unlock::Released
+    );
+    let lease = match locks.expire_lock("job", Duration::from_secs(5)).await {
+        Ok(Acquire::Acquired(lease)) => lease,
+        other => server.fail(format!("expire_lock: {other:?}")),
+    };
+    assert_eq!(
+        locks
+            .expire_unlock("job", &lease)
+            .await
+            .expect("expire_unlock"),
+        Unlock::Released
+    );
+    let fence = locks
+        .with_lock("job", |lease| async move { lease.fence() })
+        .await
+        .expect("with_lock must not fail after the work is done");
+    assert!(fence > 0);
+    assert!(matches!(
+        locks.expire_lock("job", Duration::from_secs(5)).await,
+        Ok(Acquire::Acquired(_))
+    ));
+    assert!(locks.force_unlock("job").await.expect("force_unlock"));
+    assert!(locks.try_lock("job").await.unwrap().is_some_and(|g| {
+        drop(g);
+        true
+    }));
+
+    // A waiter on another client gets the lock soon after the release, however it listens.
+    let held = locks
+        .lock_with_lease("wait", Duration::from_secs(20), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = ExpireLock::new(waiter);
+    let w = waiting.clone();
+    let parked = tokio::spawn(async move { w.lock("wait").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!parked.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    assert_eq!(held.release().await.unwrap(), Unlock::Released);
+    let guard = tokio::time::timeout(Duration::from_secs(5), parked)
+        .await
+        .expect("the waiter must get the lock well within the 20 s lease")
+        .unwrap()
+        .expect("waiting must not fail");
+    println!("handoff after {:?}", released.elapsed());
+    guard.release().await.unwrap();
+}
+
+/// Read, write, downgrade and a writer waiting for a reader, as the store's user.
+async fn rwlocks_work<S: Store>(holder: S, waiter: S) {
+    let rw = RwLock::new(holder);
+    let r = rw.read("doc").await.expect("read");
+    assert_eq!(r.release().await.expect("read release"), Release::Released);
+    let w = rw.write("doc").await.expect("write");
+    assert_eq!(w.release().await.expect("write release"), Release::Released);
+    let w = rw.write("doc").await.expect("write");
+    let r = w
+        .downgrade()
+        .await
+        .expect("a downgrade must not fail half way");
+    assert!(rw.try_write("doc").await.unwrap().is_none());
+
+    let other = RwLock::new(waiter);
+    // A writer that gives up takes its intent back (write_abandon announces it).
+    assert!(
+        other
+            .try_write_for("doc", Duration::from_millis(200))
+            .await
+            .expect("a writer giving up must not fail")
+            .is_none()
+    );
+    let o = other.clone();
+    let parked = tokio::spawn(async move { o.write("doc").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!parked.is_finished(), "a writer got in past a reader");
+    assert_eq!(r.release().await.expect("read release"), Release::Released);
+    let w = tokio::time::timeout(Duration::from_secs(5), parked)
+        .await
+        .expect("the writer must get the lock soon after the reader left")
+        .unwrap()
+        .expect("waiting must not fail");
+    assert_eq!(w.release().await.unwrap(), Release::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_permissions_locks_releases_and_waits_by_polling() {
+    let server = RedisServer::start();
+    server.cli(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all"]);
+    let holder = store_as(&server, "app", USER_PASSWORD).await;
+    let waiter = store_as(&server, "app", USER_PASSWORD).await;
+
+    core_locks_work(&server, holder.clone(), waiter.clone()).await;
+    rwlocks_work(holder, waiter.clone()).await;
+
+    // The refusal is visible once, and costs no refused SUBSCRIBE per wait.
+    let notifier = waiter
+        .notifier()
+        .await
+        .expect("a redis store has a notifier");
+    assert!(
+        notifier.notifications_denied(),
+        "the refused subscription is not reported"
+    );
+    let refused = stat(&server, "subscribe", "rejected_calls");
+    assert!(refused >= 1, "no SUBSCRIBE was refused: {refused}");
+    let locks = ExpireLock::new(waiter.clone());
+    for i in 0..5 {
+        let name = format!("more-{i}");
+        let held = locks
+            .lock_with_lease(&name, Duration::from_millis(300), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let again = locks.lock(&name).await.expect("waiting must not fail");
+        drop(held);
+        again.release().await.unwrap();
+    }
+    assert_eq!(
+        stat(&server, "subscribe", "rejected_calls"),
+        refused,
+        "every wait asked for a refused subscription again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_acl_rules_are_enough_for_every_lock_kind_with_notifications() {
+    let server = RedisServer::start();
+    let rules = readme_rules();
+    let args: Vec<&str> = rules.iter().map(String::as_str).collect();
+    assert_eq!(
+        server.cli(&args).trim(),
+        "OK",
+        "the README's rules: {args:?}"
+    );
+    let user = &rules[2];
+    let password = rules
+        .iter()
+        .find_map(|r| r.strip_prefix('>'))
+        .expect("the rules set a password");
+    let holder = store_as(&server, user, password).await;
+    let waiter = store_as(&server, user, password).await;
+
+    core_locks_work(&server, holder.clone(), waiter.clone()).await;
+    rwlocks_work(holder, waiter.clone()).await;
+
+    let notifier = waiter
+        .notifier()
+        .await
+        .expect("a redis store has a notifier");
+    assert!(!notifier.notifications_denied());
+    assert!(
+        stat(&server, "subscribe", "calls") >= 1,
+        "the waiter never subscribed"
+    );
+    let rejected: Vec<String> = server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|l| !l.contains("rejected_calls=0"))
+        .filter(|l| l.starts_with("cmdstat_"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        rejected.is_empty(),
+        "commands the rules refused: {rejected:?}"
+    );
+    // A user outside the prefix has nothing.
+    let store = store_as(&server, user, password).await;
+    let foreign = ExpireLock::with_options(
+        store,
+        tairlock::Options::default().keyspace(tairlock::Keyspace::new("other:").unwrap()),
+    );
+    assert!(foreign.try_lock("job").await.is_err());
+}
+
+/// The same on a Redis 7 cluster, whose releases announce with `SPUBLISH` and whose waiters
+/// `SSUBSCRIBE`: both refused to the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_user_without_channel_permissions_locks_releases_and_waits_by_polling() {
+    let cluster = RedisCluster::start(3);
+    for node in &cluster.nodes {
+        node.cli(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "+@all"]);
+    }
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://app:{USER_PASSWORD}@127.0.0.1:{}", n.port()))
+        .collect();
+    let connect = || async {
+        match ClusterStore::connect(&urls).await {
+            Ok(store) => store,
+            Err(e) => cluster.fail(format!("cannot connect as app: {e}")),
+        }
+    };
+    let (holder, waiter) = (connect().await, connect().await);
+    assert_eq!(holder.pubsub(), PubSub::Sharded);
+
+    core_locks_work(&cluster.nodes[0], holder.clone(), waiter.clone()).await;
+    rwlocks_work(holder, waiter.clone()).await;
+
+    let notifier = waiter
+        .notifier()
+        .await
+        .expect("a cluster store has a notifier");
+    assert!(
+        notifier.notifications_denied(),
+        "the refused SSUBSCRIBE is not reported"
+    );
+}

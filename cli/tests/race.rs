@@ -166,3 +166,26 @@ fn race_on_a_real_server_holds_the_scripted_zeros() {
         server.cli(&["KEYS", "*"])
     );
 }
+
+#[test]
+fn zero_counts_and_sub_millisecond_leases_are_refused() {
+    for (args, says) in [
+        (&["--trials", "0"][..], "at least 1 trial"),
+        (&["--clients", "0"][..], "at least 2 clients"),
+        (&["--clients", "1"][..], "at least 2 clients"),
+        (&["--duration", "0ms"][..], "out of range"),
+        (&["--lease", "0ms"][..], "out of range"),
+        (&["--lease", "500us"][..], "under 1ms"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+            .arg("race")
+            .args(args)
+            .args(["--algorithm", "expire-lock", "--scenario", "crashes"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} ran a race");
+    }
+}

@@ -315,12 +315,13 @@ impl Db {
         Ok(next)
     }
 
-    /// `PEXPIRE`: true if the key exists. A zero TTL deletes the key, as on the server.
+    /// `PEXPIRE`: true if the key exists. The TTL counts in whole milliseconds, as the server
+    /// takes it: under 1 ms it is `PEXPIRE key 0`, which deletes the key at once.
     pub fn pexpire(&mut self, key: &str, ttl: Duration) -> bool {
         if !self.exists(key) {
             return false;
         }
-        if ttl.is_zero() {
+        if ttl.as_millis() == 0 {
             self.remove(key);
         } else {
             let at = self.now_ms() + ttl.as_millis() as u64;
@@ -607,6 +608,18 @@ mod tests {
         db.rpush("l", "a").unwrap();
         assert_eq!(db.hset("l", b"f", "v").unwrap_err().code(), "WRONGTYPE");
         assert_eq!(db.zadd("l", 1.0, b"m").unwrap_err().code(), "WRONGTYPE");
+    }
+
+    #[test]
+    fn pexpire_under_a_millisecond_deletes_at_once() {
+        let mut db = db_at(1_000);
+        db.set("k", "v", None);
+        assert!(db.pexpire("k", Duration::from_micros(999)));
+        assert_eq!(db.get("k").unwrap(), None);
+        assert_eq!(db.pttl("k"), -2);
+        db.set("k", "v", None);
+        assert!(db.pexpire("k", Duration::from_micros(1_500)));
+        assert_eq!(db.pttl("k"), 1);
     }
 
     #[test]

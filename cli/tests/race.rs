@@ -189,3 +189,35 @@ fn zero_counts_and_sub_millisecond_leases_are_refused() {
         assert!(out.stdout.is_empty(), "{args:?} ran a race");
     }
 }
+
+fn safe_row(scenario: &str, overlaps: u64) -> tairlock_cli::race::Row {
+    tairlock_cli::race::Row {
+        algorithm: "expire-lock".to_owned(),
+        scenario: scenario.to_owned(),
+        store: "memory".to_owned(),
+        expectation: "safe".to_owned(),
+        clients: 8,
+        trials: 1,
+        acquisitions: 100,
+        overlaps,
+        foreign_deletions: 0,
+        stale_writes_accepted: 0,
+        writes_rejected: 0,
+        stuck_locks: 0,
+        handoff_p50_us: Some(1_500),
+        handoff_p99_us: Some(4_000),
+        stalls: 0,
+        crashes: 0,
+        verdict: "ok".to_owned(),
+    }
+}
+
+#[test]
+fn overlaps_break_a_safe_row_wherever_nobody_stalls_past_the_lease() {
+    for scenario in ["short-stalls", "crashes", "clock-skew"] {
+        assert!(safe_row(scenario, 3).broken(), "{scenario}");
+        assert!(!safe_row(scenario, 0).broken(), "{scenario}");
+    }
+    // A holder paused past its lease overlaps the next one with any lease lock.
+    assert!(!safe_row("long-stalls", 3).broken());
+}

@@ -35,7 +35,7 @@ use tairlock::Store;
 use tairlock::clock::{SharedClock, SkewedClock};
 
 use self::algorithms::{Algorithm, Attempt, Expectation};
-use self::client::{Client, Interrupt};
+use self::client::{Audit, Client, Interrupt};
 use self::scenario::{Plan, Scenario};
 use self::trial::{Counts, Trial};
 
@@ -214,6 +214,14 @@ pub async fn run_algorithms<S: Store>(
     algorithms: Vec<Box<dyn Algorithm<S>>>,
     mut progress: impl FnMut(&Row),
 ) -> tairlock::Result<Vec<Row>> {
+    // The embedded store reports each change itself; a server's are read around each command.
+    let audit = match (&store as &dyn std::any::Any).downcast_ref::<tairlock::MemoryStore>() {
+        Some(memory) => {
+            client::observe(memory);
+            Audit::Store
+        }
+        None => Audit::Commands,
+    };
     let mut rows = Vec::new();
     for algorithm in algorithms {
         if !config.algorithms.is_empty() && !config.algorithms.iter().any(|a| a == algorithm.name())
@@ -229,6 +237,7 @@ pub async fn run_algorithms<S: Store>(
                 config,
                 algorithm.clone(),
                 scenario,
+                audit,
             )
             .await?;
             progress(&row);
@@ -253,6 +262,7 @@ async fn run_row<S: Store>(
     config: &RaceConfig,
     algorithm: Arc<dyn Algorithm<S>>,
     scenario: Scenario,
+    audit: Audit,
 ) -> tairlock::Result<Row> {
     let plan = Arc::new(Plan {
         scenario,
@@ -288,6 +298,7 @@ async fn run_row<S: Store>(
                 plan.clone(),
                 trial.clone(),
                 seed,
+                audit,
             );
             let (algorithm, lock) = (algorithm.clone(), lock.clone());
             tasks.push(tokio::spawn(async move {
@@ -393,6 +404,7 @@ async fn client_loop<S: Store>(
             Ok(()) => {}
             Err(Interrupt::Crashed) => {
                 // The process died; a new one starts after a while, knowing nothing.
+                client.trial().released(client.id(), false);
                 tokio::time::sleep(lease / 2).await;
             }
             Err(Interrupt::Store(e)) => return Err(e),
@@ -407,6 +419,7 @@ async fn one_round<S: Store>(
     lock: &str,
     lease: Duration,
 ) -> Result<(), Interrupt> {
+    client.trial().attempt(client.id());
     let holding = match algorithm.try_acquire(client, lock, lease).await? {
         Attempt::Acquired(holding) => holding,
         Attempt::Busy { retry_after } => {

@@ -42,8 +42,14 @@ struct State {
     inside: usize,
     /// Of those, the ones holding exclusively (every one, unless the algorithm has readers).
     exclusive_inside: usize,
-    /// The lock value each live holder wrote, by client.
+    /// The lock value each live holder wrote, by client: from its grant (the moment the store
+    /// applied its write) until its release finished, or it crashed.
     holders: HashMap<usize, Vec<u8>>,
+    /// Values each client wrote during its current acquisition attempt, not yet known to be a
+    /// grant, and whether another client has since deleted or overwritten them. When the
+    /// attempt turns out to be a grant of one of them, its holder is registered from the
+    /// write: a deletion between the grant and the acquire's return counts.
+    pending: HashMap<(usize, Vec<u8>), bool>,
     /// Grants so far (each successful acquisition gets the next number).
     grants: u64,
     /// The protected resource: highest fencing token and highest grant it accepted.
@@ -73,6 +79,12 @@ impl Trial {
     /// lock): an overlap needs an exclusive holder on one side.
     pub(crate) fn enter(&self, client: usize, value: &[u8], shared: bool) -> u64 {
         let mut s = self.state.lock();
+        // Registered at the grant: someone deleted or overwrote this value after the store
+        // applied it and before the acquire returned.
+        if s.pending.get(&(client, value.to_vec())) == Some(&true) {
+            s.counts.foreign_deletions += 1;
+        }
+        s.pending.retain(|(c, _), _| *c != client);
         s.counts.acquisitions += 1;
         s.grants += 1;
         let others = if shared { s.exclusive_inside } else { s.inside };
@@ -99,21 +111,43 @@ impl Trial {
         }
     }
 
-    /// A client finished releasing (or died holding): it no longer claims the lock.
+    /// A client starts an acquisition attempt: what it wrote before is no grant.
+    pub(crate) fn attempt(&self, client: usize) {
+        self.state.lock().pending.retain(|(c, _), _| *c != client);
+    }
+
+    /// A client finished releasing (or died holding, or died acquiring): it no longer claims
+    /// the lock.
     pub(crate) fn released(&self, client: usize, completed: bool) {
         let mut s = self.state.lock();
+        s.pending.retain(|(c, _), _| *c != client);
         s.holders.remove(&client);
         if completed {
             s.released_at = Some(tokio::time::Instant::now());
         }
     }
 
-    /// A client deleted a lock value: foreign if another live holder wrote it.
-    pub(crate) fn saw_deletion(&self, client: usize, value: &[u8]) {
+    /// What a client's command or script did to a string value at the store: wrote `new`
+    /// where `old` was (`None`: nothing, or deleted). Removing or replacing a value another
+    /// live holder wrote is a foreign deletion; a value written may turn out to be a grant.
+    pub(crate) fn saw_change(&self, client: usize, old: Option<&[u8]>, new: Option<&[u8]>) {
+        if old == new {
+            return;
+        }
         let mut s = self.state.lock();
-        let foreign = s.holders.iter().any(|(c, v)| *c != client && v == value);
-        if foreign {
-            s.counts.foreign_deletions += 1;
+        if let Some(old) = old {
+            let foreign = s.holders.iter().any(|(c, v)| *c != client && v == old);
+            if foreign {
+                s.counts.foreign_deletions += 1;
+            }
+            for ((c, v), removed) in s.pending.iter_mut() {
+                if *c != client && v == old {
+                    *removed = true;
+                }
+            }
+        }
+        if let Some(new) = new {
+            s.pending.entry((client, new.to_vec())).or_insert(false);
         }
     }
 

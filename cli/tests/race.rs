@@ -447,3 +447,31 @@ fn a_deletion_between_the_grant_and_the_acquires_return_is_counted() {
     assert!(row.acquisitions > 0, "{row:?}");
     assert!(row.foreign_deletions > 0, "{row:?}");
 }
+
+#[test]
+fn handoff_is_timed_to_the_microsecond_on_virtual_time() {
+    let (code, rows, stderr) = race(&[
+        "--algorithm",
+        "expire-lock",
+        "--algorithm",
+        "legacy-scripted",
+        "--trials",
+        "2",
+    ]);
+    assert_eq!(code, 0, "stderr:\n{stderr}");
+    let p50s: Vec<u64> = rows
+        .iter()
+        .map(|r| {
+            r["handoff_p50_us"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no handoff in {r}"))
+        })
+        .collect();
+    // Each command's simulated round trip is 0.1-0.4 ms: on a millisecond clock every
+    // figure would be a whole number of milliseconds.
+    let fractional = p50s.iter().filter(|us| *us % 1000 != 0).count();
+    assert!(
+        fractional * 2 >= p50s.len(),
+        "handoff medians {p50s:?} (µs) are whole milliseconds"
+    );
+}

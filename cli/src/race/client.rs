@@ -14,6 +14,7 @@ use tairlock::{Reply, Script, Store, Ttl};
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
 
 use super::scenario::{Action, Plan};
+use super::sim::Timer;
 use super::trial::Trial;
 
 /// Why an algorithm step stopped early.
@@ -71,6 +72,8 @@ impl<S: Store> Client<S> {
                 trial: trial.clone(),
                 audit,
                 latency: plan.latency,
+                timer: plan.timer.clone(),
+                rng: Arc::new(parking_lot::Mutex::new(StdRng::seed_from_u64(!seed))),
                 watch_pool: Arc::default(),
             },
             clock,
@@ -117,7 +120,7 @@ impl<S: Store> Client<S> {
             Action::Go => Ok(()),
             Action::Stall(d) => {
                 self.trial.count_stall();
-                tokio::time::sleep(d).await;
+                self.plan.timer.sleep(d).await;
                 Ok(())
             }
             Action::Crash => {
@@ -129,6 +132,16 @@ impl<S: Store> Client<S> {
 
     pub(crate) fn trial(&self) -> &Trial {
         &self.trial
+    }
+
+    /// Wait `d` of race time (virtual time to the microsecond on the embedded store).
+    pub async fn sleep(&self, d: Duration) {
+        self.plan.timer.sleep(d).await;
+    }
+
+    /// Race time since the race began.
+    pub fn now(&self) -> Duration {
+        self.plan.timer.now()
     }
 
     pub(crate) fn plan(&self) -> &Plan {
@@ -184,6 +197,9 @@ pub struct RaceStore<S> {
     trial: Arc<Trial>,
     audit: Audit,
     latency: Option<(Duration, Duration)>,
+    timer: Timer,
+    /// Draws each hop's latency: seeded per client, so a seed gives one table.
+    rng: Arc<parking_lot::Mutex<StdRng>>,
     /// Idle `WATCH` connections of the inner store, for [`WatchStore`]: type-erased because
     /// only `S: WatchStore` has a connection type.
     watch_pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
@@ -197,16 +213,25 @@ impl<S> fmt::Debug for RaceStore<S> {
     }
 }
 
+/// One way of a simulated round trip: half of a draw in `latency`.
+async fn hop(
+    latency: Option<(Duration, Duration)>,
+    timer: &Timer,
+    rng: &parking_lot::Mutex<StdRng>,
+) {
+    if let Some((low, high)) = latency {
+        let d = if high > low {
+            rng.lock().random_range(low..high)
+        } else {
+            low
+        };
+        timer.sleep(d / 2).await;
+    }
+}
+
 impl<S: Store> RaceStore<S> {
     async fn hop(&self) {
-        if let Some((low, high)) = self.latency {
-            let d = if high > low {
-                rand::rng().random_range(low..high)
-            } else {
-                low
-            };
-            tokio::time::sleep(d / 2).await;
-        }
+        hop(self.latency, &self.timer, &self.rng).await;
     }
 
     async fn round_trip<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
@@ -366,6 +391,8 @@ impl<S: WatchStore> WatchStore for RaceStore<S> {
             trial: self.trial.clone(),
             audit: self.audit,
             latency: self.latency,
+            timer: self.timer.clone(),
+            rng: self.rng.clone(),
             pool: self.watch_pool.clone(),
             reads: HashMap::new(),
             clean: true,
@@ -386,6 +413,8 @@ pub struct RaceConnection<C: WatchConnection> {
     trial: Arc<Trial>,
     audit: Audit,
     latency: Option<(Duration, Duration)>,
+    timer: Timer,
+    rng: Arc<parking_lot::Mutex<StdRng>>,
     pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
     reads: HashMap<String, Vec<u8>>,
     clean: bool,
@@ -411,14 +440,7 @@ impl<C: WatchConnection> Drop for RaceConnection<C> {
 
 impl<C: WatchConnection> RaceConnection<C> {
     async fn hop(&self) {
-        if let Some((low, high)) = self.latency {
-            let d = if high > low {
-                rand::rng().random_range(low..high)
-            } else {
-                low
-            };
-            tokio::time::sleep(d / 2).await;
-        }
+        hop(self.latency, &self.timer, &self.rng).await;
     }
 
     fn con(&mut self) -> &mut C {

@@ -25,6 +25,7 @@ pub mod algorithms;
 pub mod client;
 pub mod report;
 pub mod scenario;
+pub mod sim;
 pub mod trial;
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use tairlock::clock::{SharedClock, SkewedClock};
 use self::algorithms::{Algorithm, Attempt, Expectation};
 use self::client::{Audit, Client, Interrupt};
 use self::scenario::{Plan, Scenario};
+use self::sim::{Timer, Virtual};
 use self::trial::{Counts, Trial};
 
 /// Settings of one race.
@@ -162,15 +164,34 @@ impl Row {
 ///
 /// When called from inside an async runtime.
 pub fn run_embedded(config: &RaceConfig, progress: impl FnMut(&Row)) -> tairlock::Result<Vec<Row>> {
+    // Virtual time to the microsecond (see `sim`): the runtime wakes its sleepers when idle.
+    let slot: Arc<parking_lot::Mutex<Option<Arc<Virtual>>>> = Arc::default();
+    let hook = slot.clone();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
+        .on_thread_park(move || {
+            if let Some(time) = &*hook.lock() {
+                time.on_idle();
+            }
+        })
         .build()
         .expect("a current-thread runtime");
     rt.block_on(async {
-        let clock: tairlock::clock::SharedClock = Arc::new(tairlock::clock::TokioClock::new());
+        let time = Virtual::new();
+        *slot.lock() = Some(time.clone());
+        let clock: SharedClock = time.clone();
         let store = tairlock::MemoryStore::with_clock(clock.clone());
-        run(store, clock, "memory", config, progress).await
+        run_timed(
+            store,
+            clock,
+            "memory",
+            config,
+            algorithms::all(),
+            Timer::Virtual(time),
+            progress,
+        )
+        .await
     })
 }
 
@@ -212,6 +233,27 @@ pub async fn run_algorithms<S: Store>(
     store_name: &str,
     config: &RaceConfig,
     algorithms: Vec<Box<dyn Algorithm<S>>>,
+    progress: impl FnMut(&Row),
+) -> tairlock::Result<Vec<Row>> {
+    run_timed(
+        store,
+        clock,
+        store_name,
+        config,
+        algorithms,
+        Timer::tokio(),
+        progress,
+    )
+    .await
+}
+
+async fn run_timed<S: Store>(
+    store: S,
+    clock: SharedClock,
+    store_name: &str,
+    config: &RaceConfig,
+    algorithms: Vec<Box<dyn Algorithm<S>>>,
+    timer: Timer,
     mut progress: impl FnMut(&Row),
 ) -> tairlock::Result<Vec<Row>> {
     // The embedded store reports each change itself; a server's are read around each command.
@@ -238,6 +280,7 @@ pub async fn run_algorithms<S: Store>(
                 algorithm.clone(),
                 scenario,
                 audit,
+                &timer,
             )
             .await?;
             progress(&row);
@@ -263,12 +306,14 @@ async fn run_row<S: Store>(
     algorithm: Arc<dyn Algorithm<S>>,
     scenario: Scenario,
     audit: Audit,
+    timer: &Timer,
 ) -> tairlock::Result<Row> {
     let plan = Arc::new(Plan {
         scenario,
         lease: config.lease,
         latency: config.latency,
         real_time: config.latency.is_none(),
+        timer: timer.clone(),
     });
     let mut counts = Counts::default();
     for trial_no in 0..config.trials {
@@ -280,8 +325,8 @@ async fn run_row<S: Store>(
             config.seed,
             trial_no
         );
-        let trial = Arc::new(Trial::default());
-        let end = tokio::time::Instant::now() + config.trial_length;
+        let trial = Arc::new(Trial::new(timer.clone()));
+        let end = timer.now() + config.trial_length;
         let mut tasks = Vec::new();
         for id in 0..config.clients {
             let seed = config.seed
@@ -394,18 +439,20 @@ async fn client_loop<S: Store>(
     client: Client<S>,
     algorithm: Arc<dyn Algorithm<S>>,
     lock: String,
-    end: tokio::time::Instant,
+    end: Duration,
 ) -> tairlock::Result<()> {
     let lease = client.plan().lease;
     // Start at different moments, as real clients do.
-    tokio::time::sleep(client.jitter(Duration::ZERO, lease / 10)).await;
-    while tokio::time::Instant::now() < end {
+    client
+        .sleep(client.jitter(Duration::ZERO, lease / 10))
+        .await;
+    while client.now() < end {
         match one_round(&client, algorithm.as_ref(), &lock, lease).await {
             Ok(()) => {}
             Err(Interrupt::Crashed) => {
                 // The process died; a new one starts after a while, knowing nothing.
-                client.trial().released(client.id(), false);
-                tokio::time::sleep(lease / 2).await;
+                client.trial().crashed(client.id());
+                client.sleep(lease / 2).await;
             }
             Err(Interrupt::Store(e)) => return Err(e),
         }
@@ -423,9 +470,11 @@ async fn one_round<S: Store>(
     let holding = match algorithm.try_acquire(client, lock, lease).await? {
         Attempt::Acquired(holding) => holding,
         Attempt::Busy { retry_after } => {
+            client.trial().busy(client.id());
             // Poll: the holder's remaining time when known, capped by a short jittered back-off.
             let backoff = client.jitter(lease / 50, lease / 15);
-            tokio::time::sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
+            client
+                .sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
                 .await;
             return Ok(());
         }
@@ -439,19 +488,20 @@ async fn one_round<S: Store>(
         .saturating_duration_since(tokio::time::Instant::now());
     let action = client.with_rng(|rng| client.plan().in_critical_section(rng, left, work));
     if let Err(e) = client.act(action).await {
+        // Crashed inside: `client_loop` lets its claim go.
         trial.leave(shared);
-        trial.released(client.id(), false);
         return Err(e);
     }
     if !shared {
         trial.write(grant, holding.fence);
     }
-    tokio::time::sleep(work).await;
+    client.sleep(work).await;
     trial.leave(shared);
-    let result = algorithm.release(client, lock, holding).await;
-    trial.released(client.id(), result.is_ok());
-    result?;
+    algorithm.release(client, lock, holding).await?;
+    trial.released(client.id(), shared);
     // Think time before the next attempt.
-    tokio::time::sleep(client.jitter(Duration::ZERO, lease / 20)).await;
+    client
+        .sleep(client.jitter(Duration::ZERO, lease / 20))
+        .await;
     Ok(())
 }

@@ -8,18 +8,19 @@
 //! release. The scenario stalls or crashes clients at the algorithm's protocol points and inside
 //! the critical section.
 //!
-//! | column | counts |
+//! | column | counts, and how it is observed |
 //! |---|---|
-//! | `acquisitions` | successful acquisitions |
-//! | `overlaps` | acquisitions that found another client inside the critical section (for reader/writer locks: a writer together with anyone; readers may share) |
-//! | `foreign_deletions` | `DEL`s (seen at the command) of a lock value another live holder wrote; scripted releases delete only their own lease, by their compare-and-delete contract |
+//! | `acquisitions` | acquisitions that returned a grant |
+//! | `overlaps` | acquisitions whose client, entering the critical section, found another client inside it (for reader/writer locks: a writer together with anyone; readers may share). A failure for a safe algorithm in every scenario but `long-stalls` |
+//! | `foreign_deletions` | deletions and overwrites of a lock value another live holder wrote, seen at the store with the client that caused them, whatever the command or script ([`client::Audit`]); a holder is live from its grant (the store applying its write) until its release returned or it crashed |
 //! | `stale_writes_accepted` | writes the resource accepted although a later grant had already written: a fenced resource rejects lower tokens, an unfenced one accepts everything |
 //! | `stuck_locks` | trials that ended with a lock key that has no expiry: nobody can ever take it again |
-//! | `handoff_p50_us` | median time from a release to the next acquisition |
+//! | `handoff_p50_us` | median time from the lock becoming free while a client waited (the store applying a holder's release of its own value, or the holder's crash) to the store applying the next grant |
 //!
-//! On the embedded store the race runs on virtual time (tokio's paused clock; every command
-//! takes a simulated 0.1–0.4 ms round trip), so it is fast and repeatable for a given seed. With
-//! `--redis` it runs on real time against the server.
+//! On the embedded store the race runs on virtual time to the microsecond ([`sim`]: tokio's
+//! paused clock plus an offset within its millisecond), and every command takes a simulated
+//! round trip of 0.1–0.4 ms (two hops of half a uniform draw, seeded per client), so it is fast
+//! and repeatable for a given seed. With `--redis` it runs on real time against the server.
 
 pub mod algorithms;
 pub mod client;

@@ -517,32 +517,41 @@ fn audited(script: &'static Script) -> &'static Script {
     static AUDITED: std::sync::LazyLock<
         parking_lot::Mutex<HashMap<&'static str, &'static Script>>,
     > = std::sync::LazyLock::new(Default::default);
-    *AUDITED.lock().entry(script.name()).or_insert_with(|| {
-        let lua = format!(
-            "local function __race_read()\n\
-             \x20 local v = {{}}\n\
-             \x20 for i, k in ipairs(KEYS) do\n\
-             \x20   if redis.call('TYPE', k)['ok'] == 'string' then v[i] = redis.call('GET', k) else v[i] = false end\n\
-             \x20 end\n\
-             \x20 return v\n\
-             end\n\
-             local __race_before = __race_read()\n\
-             local __race_reply = (function()\n{body}\nend)()\n\
-             if type(__race_reply) == 'table' and __race_reply['err'] then return __race_reply end\n\
-             if __race_reply == nil then __race_reply = false end\n\
-             local __race_after = __race_read()\n\
-             local __race_out = {{__race_reply}}\n\
-             for i = 1, #KEYS do\n\
-             \x20 __race_out[2 * i] = __race_before[i]\n\
-             \x20 __race_out[2 * i + 1] = __race_after[i]\n\
-             end\n\
-             return __race_out\n",
-            body = script.lua()
-        );
-        let name: &'static str = Box::leak(format!("race_audited_{}", script.name()).into_boxed_str());
-        Box::leak(Box::new(Script::new(name, Box::leak(lua.into_boxed_str()), server_only)))
+    let mut audited = AUDITED.lock();
+    audited.entry(script.name()).or_insert_with(|| {
+        let lua = AUDIT_LUA.replace("--BODY--", script.lua());
+        let name = format!("race_audited_{}", script.name());
+        Box::leak(Box::new(Script::new(
+            Box::leak(name.into_boxed_str()),
+            Box::leak(lua.into_boxed_str()),
+            server_only,
+        )))
     })
 }
+
+/// The audit script; `--BODY--` stands for the audited script's source, run as a function so
+/// that its `return` is its reply.
+const AUDIT_LUA: &str = r#"local function __race_read()
+  local v = {}
+  for i, k in ipairs(KEYS) do
+    if redis.call('TYPE', k)['ok'] == 'string' then v[i] = redis.call('GET', k) else v[i] = false end
+  end
+  return v
+end
+local __race_before = __race_read()
+local __race_reply = (function()
+--BODY--
+end)()
+if type(__race_reply) == 'table' and __race_reply['err'] then return __race_reply end
+if __race_reply == nil then __race_reply = false end
+local __race_after = __race_read()
+local __race_out = {__race_reply}
+for i = 1, #KEYS do
+  __race_out[2 * i] = __race_before[i]
+  __race_out[2 * i + 1] = __race_after[i]
+end
+return __race_out
+"#;
 
 /// The native body of an audited script: audits run on servers only (the embedded store
 /// reports its changes itself).

@@ -280,8 +280,10 @@ async fn run_timed<S: Store>(
                 config,
                 algorithm.clone(),
                 scenario,
-                audit,
-                &timer,
+                &Observe {
+                    audit,
+                    timer: timer.clone(),
+                },
             )
             .await?;
             progress(&row);
@@ -299,6 +301,12 @@ pub fn algorithm_names() -> Vec<&'static str> {
         .collect()
 }
 
+/// How a row observes its clients: where deletions are seen, and the clock.
+struct Observe {
+    audit: Audit,
+    timer: Timer,
+}
+
 async fn run_row<S: Store>(
     store: &S,
     clock: &SharedClock,
@@ -306,9 +314,10 @@ async fn run_row<S: Store>(
     config: &RaceConfig,
     algorithm: Arc<dyn Algorithm<S>>,
     scenario: Scenario,
-    audit: Audit,
-    timer: &Timer,
+    observe: &Observe,
 ) -> tairlock::Result<Row> {
+    let Observe { audit, timer } = observe;
+    let audit = *audit;
     let plan = Arc::new(Plan {
         scenario,
         lease: config.lease,

@@ -395,6 +395,9 @@ fn err(e: tairlock::Error) -> Out {
 trait Raw: Store {
     async fn hset(&self, key: &str) -> Result<()>;
     async fn rpush(&self, key: &str) -> Result<()>;
+    async fn zadd(&self, key: &str, score: f64, member: &str) -> Result<()>;
+    /// `ZRANGE key 0 -1 WITHSCORES`, scores as integers (every score the scripts write is one).
+    async fn zrange(&self, key: &str) -> Result<Vec<(Vec<u8>, i64)>>;
 }
 
 impl Raw for MemoryStore {
@@ -407,6 +410,18 @@ impl Raw for MemoryStore {
     async fn rpush(&self, key: &str) -> Result<()> {
         self.atomically(|db| db.rpush(key, "item"))
             .map(drop)
+            .map_err(Into::into)
+    }
+
+    async fn zadd(&self, key: &str, score: f64, member: &str) -> Result<()> {
+        self.atomically(|db| db.zadd(key, score, member.as_bytes()))
+            .map(drop)
+            .map_err(Into::into)
+    }
+
+    async fn zrange(&self, key: &str) -> Result<Vec<(Vec<u8>, i64)>> {
+        self.atomically(|db| db.zrange_by_score(key, f64::NEG_INFINITY, f64::INFINITY))
+            .map(|all| all.into_iter().map(|(m, s)| (m, s as i64)).collect())
             .map_err(Into::into)
     }
 }
@@ -422,6 +437,34 @@ impl Raw for RedisStore {
         self.command::<i64>(redis::cmd("RPUSH").arg(key).arg("item"))
             .await
             .map(drop)
+    }
+
+    async fn zadd(&self, key: &str, score: f64, member: &str) -> Result<()> {
+        self.command::<i64>(redis::cmd("ZADD").arg(key).arg(score).arg(member))
+            .await
+            .map(drop)
+    }
+
+    async fn zrange(&self, key: &str) -> Result<Vec<(Vec<u8>, i64)>> {
+        let flat: Vec<Vec<u8>> = self
+            .command(
+                redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES"),
+            )
+            .await?;
+        Ok(flat
+            .chunks(2)
+            .map(|pair| {
+                let score = std::str::from_utf8(&pair[1]).unwrap_or("nan");
+                (
+                    pair[0].clone(),
+                    score.parse::<f64>().unwrap_or(f64::NAN) as i64,
+                )
+            })
+            .collect())
     }
 }
 
@@ -678,4 +721,610 @@ fn memory_and_redis_agree_on_random_operation_sequences() {
     if let Err(failure) = result {
         panic!("{failure}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// a fixed walk through what the random sequences never reach: keys that expire (and `PEXPIRE`
+// under a millisecond), non-canonical integers, sorted sets, `WATCH`, and the legacy and rwlock
+// scripts, with 17-20 digit legacy timestamps in both units.
+
+/// The recorded outcomes of one store's walk: (what was done, its normalised outcome).
+struct Tape<'n> {
+    norm: &'n mut Norm,
+    steps: Vec<(String, String)>,
+}
+
+impl Tape<'_> {
+    fn record<T: std::fmt::Debug>(&mut self, what: impl Into<String>, out: Result<T>) {
+        let out = match out {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("{:?}", err(e)),
+        };
+        self.steps.push((what.into(), out));
+    }
+
+    /// A script's reply. The elements at `time_at` (remaining times in ms, timestamps) are
+    /// reduced to a class: an integer to its sign, a decimal string to `<number>`. Every
+    /// clock-derived number (≥ 10¹²: expiry times, fences) is reduced to `Time`: the walks run on
+    /// two clocks, one after the other, so only whether such a number appears is compared.
+    fn reply(&mut self, what: impl Into<String>, reply: Result<Reply>, time_at: &[usize]) {
+        let out = match reply {
+            Ok(Reply::Array(mut items)) => {
+                for &i in time_at {
+                    match items.get_mut(i) {
+                        Some(Reply::Int(n)) => *n = n.signum(),
+                        Some(d @ Reply::Data(_))
+                            if d.as_str().is_some_and(|t| t.parse::<u64>().is_ok()) =>
+                        {
+                            *d = Reply::data("<number>");
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(collapse(self.norm.reply(&Reply::Array(items))))
+            }
+            Ok(reply) => Ok(collapse(self.norm.reply(&reply))),
+            Err(e) => Err(e),
+        };
+        self.record(what, out);
+    }
+
+    fn value(&mut self, what: impl Into<String>, value: Result<Option<Vec<u8>>>) {
+        let out = value.map(|v| v.map(|v| self.norm.val(&v)));
+        self.record(what, out);
+    }
+}
+
+fn collapse(r: R) -> R {
+    let num = |n: Num| match n {
+        Num::Time(_) => Num::Time(0),
+        raw => raw,
+    };
+    match r {
+        R::Int(n) => R::Int(num(n)),
+        R::Val(Val::Num(n)) => R::Val(Val::Num(num(n))),
+        R::Val(Val::Lease(l)) => R::Val(Val::Lease(LeaseN {
+            id: 0,
+            fence: num(l.fence),
+            nonce: l.nonce,
+        })),
+        R::Array(items) => R::Array(items.into_iter().map(collapse).collect()),
+        other => other,
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+async fn sleep_ms(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// Long enough that a 20 ms TTL has surely passed, even on a loaded machine.
+const PAST_SHORT_TTL_MS: u64 = 120;
+
+async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'_>) {
+    use tairlock_legacy::scripts as legacy;
+    use tairlock_legacy::watch::{Expiry, Read, TxOp, WatchConnection};
+    use tairlock_rwlock::scripts as rw;
+
+    // Expiring keys: gone after their TTL, free to take again; INCR keeps a TTL; a PEXPIRE
+    // under 1 ms (sent as 0) and PEXPIRE 0 delete at once.
+    tape.record(
+        "set_nx_px e1 20ms",
+        store.set_nx_px("e1", b"v", Duration::from_millis(20)).await,
+    );
+    tape.record("pttl e1", store.pttl("e1").await.map(ttl_class));
+    store.set("e2", b"5").await.unwrap();
+    tape.record(
+        "pexpire e2 20ms",
+        store.pexpire("e2", Duration::from_millis(20)).await,
+    );
+    tape.record("incr e2", store.incr("e2").await);
+    tape.record("pttl e2", store.pttl("e2").await.map(ttl_class));
+    sleep_ms(PAST_SHORT_TTL_MS).await;
+    tape.value("get e1 after its ttl", store.get("e1").await);
+    tape.record(
+        "pttl e1 after its ttl",
+        store.pttl("e1").await.map(ttl_class),
+    );
+    tape.record("set_nx e1 again", store.set_nx("e1", b"w").await);
+    tape.record("incr e2 after its ttl", store.incr("e2").await);
+    store.set("e3", b"v").await.unwrap();
+    tape.record(
+        "pexpire e3 999us",
+        store.pexpire("e3", Duration::from_micros(999)).await,
+    );
+    tape.value("get e3", store.get("e3").await);
+    store.set("e4", b"v").await.unwrap();
+    tape.record("pexpire e4 0", store.pexpire("e4", Duration::ZERO).await);
+    tape.record("type e4", store.key_type("e4").await);
+    tape.record(
+        "pexpire missing 999us",
+        store.pexpire("e5", Duration::from_micros(999)).await,
+    );
+
+    // Non-canonical integers, for INCR/DECR and under keys the scripts parse.
+    for v in [
+        "+5",
+        "05",
+        "-0",
+        "00",
+        "0",
+        " 5",
+        "5 ",
+        "1e3",
+        "0x10",
+        "-",
+        "",
+        "5.0",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "9223372036854775808",
+    ] {
+        store.set("n", v.as_bytes()).await.unwrap();
+        tape.record(format!("incr {v:?}"), store.incr("n").await);
+        store.set("n", v.as_bytes()).await.unwrap();
+        tape.record(format!("decr {v:?}"), store.decr("n").await);
+    }
+
+    // The core scripts on a lease that expires, then on non-canonical look-alikes.
+    let lock = strings(&["tairlock:{c}", "tairlock:{c}:fence"]);
+    let acquire = |nonce: &str, ttl_ms: u64| {
+        strings(&[&ttl_ms.to_string(), nonce, &RETENTION_MS.to_string()])
+    };
+    tape.reply(
+        "core lock aa 20ms",
+        store.eval(&EXPIRE_LOCK, &lock, &acquire("aa", 20)).await,
+        &[],
+    );
+    let first = store.get(&lock[0]).await.unwrap().unwrap_or_default();
+    sleep_ms(PAST_SHORT_TTL_MS).await;
+    tape.reply(
+        "core lock bb after expiry",
+        store
+            .eval(&EXPIRE_LOCK, &lock, &acquire("bb", 30_000))
+            .await,
+        &[2],
+    );
+    let first = String::from_utf8_lossy(&first).into_owned();
+    tape.reply(
+        "core unlock the expired lease",
+        store.eval(&EXPIRE_UNLOCK, &lock[..1], &[first]).await,
+        &[],
+    );
+    for held in [
+        "tl1:99999999999999:007:aa",
+        "tl1:099999999999999:7:aa",
+        "tl1:+99999999999999:7:aa",
+    ] {
+        store.set(&lock[0], held.as_bytes()).await.unwrap();
+        tape.reply(
+            format!("core lock over {held}"),
+            store
+                .eval(&EXPIRE_LOCK, &lock, &acquire("cc", 30_000))
+                .await,
+            &[2],
+        );
+        tape.reply(
+            format!("core unlock {held}"),
+            store
+                .eval(&EXPIRE_UNLOCK, &lock[..1], &strings(&[held]))
+                .await,
+            &[],
+        );
+    }
+    for fence in ["007", "+7", "-1", "7.0"] {
+        store.del(&lock[0]).await.unwrap();
+        store.set(&lock[1], fence.as_bytes()).await.unwrap();
+        tape.reply(
+            format!("core lock over fence {fence:?}"),
+            store
+                .eval(&EXPIRE_LOCK, &lock, &acquire("dd", 30_000))
+                .await,
+            &[2],
+        );
+    }
+
+    // The legacy scripts: timestamps of 16-20 digits and with leading zeros, in seconds (1000 ms
+    // per unit) and in milliseconds; a fence with leading zeros; release, renew, probe.
+    let lk = strings(&["lock.order", "lock.order:fence"]);
+    for unit in ["1000", "1"] {
+        for held in [
+            "1234567890123456",
+            "12345678901234567",
+            "123456789012345678",
+            "9999999999999999999",
+            "18446744073709551615",
+            "99999999999999999999",
+            "0000000000000000007",
+            "007",
+            "",
+        ] {
+            store.set(&lk[0], held.as_bytes()).await.unwrap();
+            store.del(&lk[1]).await.unwrap();
+            tape.reply(
+                format!("legacy acquire over {held:?}, unit {unit}"),
+                store
+                    .eval(&legacy::ACQUIRE, &lk, &strings(&[unit, "30", "60000"]))
+                    .await,
+                &[1, 2, 3],
+            );
+        }
+    }
+    store.del(&lk[0]).await.unwrap();
+    store.set(&lk[1], b"007").await.unwrap();
+    let taken = store
+        .eval(&legacy::ACQUIRE, &lk, &strings(&["1", "20", "60000"]))
+        .await;
+    let (value, fence) = match taken.as_ref().ok().and_then(Reply::as_array) {
+        Some([_, value, fence, _]) => (
+            value.as_str().unwrap_or_default().to_owned(),
+            fence.as_str().unwrap_or_default().to_owned(),
+        ),
+        _ => (String::new(), String::new()),
+    };
+    tape.reply("legacy acquire 20ms over fence 007", taken, &[1, 3]);
+    // The renewed timestamp must differ from the acquired one on both stores.
+    sleep_ms(3).await;
+    tape.reply(
+        "legacy renew",
+        store
+            .eval(
+                &legacy::RENEW,
+                &lk,
+                &strings(&[&value, &fence, "1", "20", "60000"]),
+            )
+            .await,
+        &[1, 2],
+    );
+    tape.reply(
+        "legacy release the old value",
+        store
+            .eval(&legacy::RELEASE, &lk, &strings(&[&value, &fence]))
+            .await,
+        &[],
+    );
+    sleep_ms(PAST_SHORT_TTL_MS).await;
+    tape.value("legacy lock after its ttl", store.get(&lk[0]).await);
+    tape.reply(
+        "legacy renew after expiry",
+        store
+            .eval(
+                &legacy::RENEW,
+                &lk,
+                &strings(&[&value, &fence, "1", "20", "60000"]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "legacy release after expiry",
+        store
+            .eval(&legacy::RELEASE, &lk, &strings(&[&value, &fence]))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "legacy probe",
+        store.eval(&legacy::PROBE, &[], &[]).await,
+        &[],
+    );
+
+    // The rwlock scripts, whose readers live in a sorted set: readers in, a writer refused (and
+    // its intent keeping new readers out), readers expiring and reaped, the writer in, downgrade,
+    // abandon; and a sorted set or a non-canonical fence where the scripts expect their own data.
+    let k = |s: &str| format!("rw:{{r}}:{s}");
+    let (w, r, wi, fence) = (k("w"), k("r"), k("wi"), k("fence"));
+    let read_keys = vec![w.clone(), r.clone(), wi.clone()];
+    let write_keys = vec![w.clone(), r.clone(), wi.clone(), fence.clone()];
+    let channel = k("released");
+    let read = |nonce: &str, ms: &str| strings(&[nonce, ms, "1"]);
+    let write = |nonce: &str, ms: &str| strings(&[nonce, ms, "5000", "60000"]);
+    tape.reply(
+        "rw read r1",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r1", "30000"))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw read r2 20ms",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r2", "20"))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw read r1 again",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r1", "30000"))
+            .await,
+        &[],
+    );
+    // Scores are lease expiry times by each store's clock: compared by sign.
+    let readers = store.zrange(&r).await;
+    tape.record(
+        "zrange readers",
+        readers.map(|z| {
+            z.into_iter()
+                .map(|(m, s)| (m, s.signum()))
+                .collect::<Vec<_>>()
+        }),
+    );
+    tape.reply(
+        "rw write w1 refused",
+        store
+            .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w1", "30000"))
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "rw read r3 behind intent",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r3", "30000"))
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "rw count",
+        store.eval(&rw::COUNT, &read_keys, &[]).await,
+        &[1, 2],
+    );
+    tape.reply(
+        "rw renew r1",
+        store
+            .eval(
+                &rw::READ_RENEW,
+                std::slice::from_ref(&r),
+                &strings(&["r1", "30000"]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw release r1",
+        store
+            .eval(
+                &rw::READ_RELEASE,
+                std::slice::from_ref(&r),
+                &strings(&["r1", &channel]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw release r1 again",
+        store
+            .eval(
+                &rw::READ_RELEASE,
+                std::slice::from_ref(&r),
+                &strings(&["r1", &channel]),
+            )
+            .await,
+        &[],
+    );
+    sleep_ms(PAST_SHORT_TTL_MS).await;
+    tape.reply(
+        "rw renew r2 after its lease",
+        store
+            .eval(
+                &rw::READ_RENEW,
+                std::slice::from_ref(&r),
+                &strings(&["r2", "30000"]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw count after r2 expired",
+        store.eval(&rw::COUNT, &read_keys, &[]).await,
+        &[1, 2],
+    );
+    let taken = store
+        .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w1", "30000"))
+        .await;
+    let lease = match taken.as_ref().ok().and_then(Reply::as_array) {
+        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        _ => String::new(),
+    };
+    tape.reply("rw write w1", taken, &[]);
+    tape.reply(
+        "rw write w2 refused",
+        store
+            .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w2", "30000"))
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "rw read r4 refused",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r4", "30000"))
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "rw downgrade a wrong lease",
+        store
+            .eval(
+                &rw::DOWNGRADE,
+                &[w.clone(), r.clone()],
+                &strings(&["tl1:1:1:ffff", "r5", "30000", &channel]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw downgrade",
+        store
+            .eval(
+                &rw::DOWNGRADE,
+                &[w.clone(), r.clone()],
+                &strings(&[&lease, "r5", "30000", &channel]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw count after downgrade",
+        store.eval(&rw::COUNT, &read_keys, &[]).await,
+        &[1, 2],
+    );
+    tape.reply(
+        "rw abandon w2",
+        store
+            .eval(
+                &rw::WRITE_ABANDON,
+                &[w.clone(), wi.clone()],
+                &strings(&["w2", &channel]),
+            )
+            .await,
+        &[],
+    );
+    store.zadd(&w, 1.0, "x").await.unwrap();
+    tape.reply(
+        "rw write over a sorted set",
+        store
+            .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w3", "30000"))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "rw read over a sorted set",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r6", "30000"))
+            .await,
+        &[],
+    );
+    store.del(&w).await.unwrap();
+    store.del(&r).await.unwrap();
+    store.set(&r, b"x").await.unwrap();
+    tape.reply(
+        "rw read over a string readers key",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r7", "30000"))
+            .await,
+        &[],
+    );
+    store.del(&r).await.unwrap();
+    for f in ["007", "+7", "x"] {
+        store.del(&w).await.unwrap();
+        store.set(&fence, f.as_bytes()).await.unwrap();
+        tape.reply(
+            format!("rw write over fence {f:?}"),
+            store
+                .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w4", "30000"))
+                .await,
+            &[2],
+        );
+    }
+    store.zadd(&r, 5.0, "old").await.unwrap();
+    tape.reply(
+        "rw read beside a reader whose lease passed",
+        store
+            .eval(&rw::READ_ACQUIRE, &read_keys, &read("r8", "30000"))
+            .await,
+        &[2],
+    );
+
+    // WATCH: a write by another connection aborts EXEC, so does expiry of a watched key; an
+    // untouched watch commits.
+    let mut con = store.watch_connection().await.unwrap();
+    store.set("wk", b"1").await.unwrap();
+    let keys = strings(&["wk"]);
+    let set = |v: &str| TxOp::Set {
+        key: "wk".to_owned(),
+        value: v.as_bytes().to_vec(),
+        expiry: Expiry::Millis(30_000),
+        xx: false,
+    };
+    tape.record(
+        "watch wk",
+        con.watch(&keys, &[Read::Get("wk".to_owned())]).await,
+    );
+    store.set("wk", b"2").await.unwrap();
+    tape.record("exec after another write", con.exec(&[set("3")]).await);
+    tape.record(
+        "watch wk again",
+        con.watch(&keys, &[Read::Get("wk".to_owned())]).await,
+    );
+    tape.record(
+        "exec untouched",
+        con.exec(&[
+            set("4"),
+            TxOp::Incr {
+                key: "wk".to_owned(),
+            },
+        ])
+        .await,
+    );
+    store
+        .set_nx_px("wx", b"1", Duration::from_millis(20))
+        .await
+        .unwrap();
+    let keys = strings(&["wx"]);
+    tape.record(
+        "watch wx (20ms)",
+        con.watch(&keys, &[Read::Get("wx".to_owned())]).await,
+    );
+    sleep_ms(PAST_SHORT_TTL_MS).await;
+    tape.record(
+        "exec after wx expired",
+        con.exec(&[TxOp::Del {
+            key: "wx".to_owned(),
+        }])
+        .await,
+    );
+    tape.record(
+        "watch missing wy",
+        con.watch(&strings(&["wy"]), &[Read::Pttl("wy".to_owned())])
+            .await,
+    );
+    tape.record(
+        "exec on missing wy",
+        con.exec(&[TxOp::Incr {
+            key: "wy".to_owned(),
+        }])
+        .await,
+    );
+}
+
+#[test]
+fn memory_and_redis_agree_on_expiry_sorted_sets_watch_and_the_legacy_and_rwlock_scripts() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = RedisServer::start();
+    let redis = runtime.block_on(server.store());
+    let (mut on_memory, mut on_redis) = (Norm::default(), Norm::default());
+    let mut memory_tape = Tape {
+        norm: &mut on_memory,
+        steps: Vec::new(),
+    };
+    let mut redis_tape = Tape {
+        norm: &mut on_redis,
+        steps: Vec::new(),
+    };
+    runtime.block_on(async {
+        // The embedded store on the system clock: keys expire as on the server.
+        walk(&MemoryStore::new(), &mut memory_tape).await;
+        walk(&redis, &mut redis_tape).await;
+    });
+    assert_eq!(memory_tape.steps.len(), redis_tape.steps.len());
+    let mut disagree = Vec::new();
+    for ((what, m), (_, r)) in memory_tape.steps.iter().zip(&redis_tape.steps) {
+        if m != r {
+            disagree.push(format!("{what}\n  memory: {m}\n  redis:  {r}"));
+        }
+    }
+    assert!(
+        disagree.is_empty(),
+        "the stores disagree on {} of {} steps:\n{}\n{}",
+        disagree.len(),
+        memory_tape.steps.len(),
+        disagree.join("\n"),
+        server.log_section()
+    );
 }

@@ -57,14 +57,14 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct RaceArgs {
-    /// Contending clients per trial.
-    #[arg(long, default_value_t = 8)]
+    /// Contending clients per trial (at least 2).
+    #[arg(long, default_value_t = 8, value_parser = parse_clients)]
     clients: usize,
-    /// Trials per algorithm and scenario.
-    #[arg(long)]
+    /// Trials per algorithm and scenario (at least 1).
+    #[arg(long, value_parser = parse_trials)]
     trials: Option<usize>,
-    /// Lease length (e.g. 100ms, 1s).
-    #[arg(long, value_parser = parse_duration)]
+    /// Lease length (e.g. 100ms, 1s; at least 1ms: servers count TTLs in whole milliseconds).
+    #[arg(long, value_parser = parse_lease)]
     lease: Option<Duration>,
     /// How long each trial runs.
     #[arg(long, value_parser = parse_duration)]
@@ -286,10 +286,6 @@ fn race_command(args: RaceArgs) -> ExitCode {
         algorithms: args.algorithms.clone(),
         ..RaceConfig::default()
     };
-    if config.clients < 2 {
-        eprintln!("tairlock: a race needs at least 2 clients");
-        return ExitCode::from(2);
-    }
     let mut known = race::algorithm_names();
     known.push("redlock");
     if let Some(bad) = args
@@ -318,7 +314,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
         config.key_prefix = format!("tairlock-race:{}", std::process::id());
     }
     if let Some(trials) = args.trials {
-        config.trials = trials.max(1);
+        config.trials = trials;
     }
     if let Some(d) = args.duration {
         config.trial_length = d;
@@ -430,6 +426,39 @@ fn race_command(args: RaceArgs) -> ExitCode {
         return ExitCode::from(3);
     }
     ExitCode::SUCCESS
+}
+
+/// `--clients`: a race needs somebody to race against.
+fn parse_clients(s: &str) -> Result<usize, String> {
+    parse_count(s, 2, "a race needs at least 2 clients")
+}
+
+/// `--trials`: zero trials would print a table of zeros that proves nothing.
+fn parse_trials(s: &str) -> Result<usize, String> {
+    parse_count(s, 1, "a race needs at least 1 trial")
+}
+
+fn parse_count(s: &str, min: usize, why: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number"))?;
+    if n < min {
+        return Err(format!("{n} is too few: {why}"));
+    }
+    Ok(n)
+}
+
+/// `--lease`: at least 1 ms. A server takes TTLs in whole milliseconds, so a shorter lease
+/// would be sent as 0 (refused by `SET PX`, an immediate delete by `PEXPIRE`).
+fn parse_lease(s: &str) -> Result<Duration, String> {
+    let lease = parse_duration(s)?;
+    if lease < Duration::from_millis(1) {
+        return Err(format!(
+            "lease {s:?} is under 1ms: servers count TTLs in whole milliseconds"
+        ));
+    }
+    Ok(lease)
 }
 
 /// Split `prefix{name}` into (prefix, name); a bare name keeps the given prefix.

@@ -166,3 +166,312 @@ fn race_on_a_real_server_holds_the_scripted_zeros() {
         server.cli(&["KEYS", "*"])
     );
 }
+
+#[test]
+fn zero_counts_and_sub_millisecond_leases_are_refused() {
+    for (args, says) in [
+        (&["--trials", "0"][..], "at least 1 trial"),
+        (&["--clients", "0"][..], "at least 2 clients"),
+        (&["--clients", "1"][..], "at least 2 clients"),
+        (&["--duration", "0ms"][..], "out of range"),
+        (&["--lease", "0ms"][..], "out of range"),
+        (&["--lease", "500us"][..], "under 1ms"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+            .arg("race")
+            .args(args)
+            .args(["--algorithm", "expire-lock", "--scenario", "crashes"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} ran a race");
+    }
+}
+
+fn safe_row(scenario: &str, overlaps: u64) -> tairlock_cli::race::Row {
+    tairlock_cli::race::Row {
+        algorithm: "expire-lock".to_owned(),
+        scenario: scenario.to_owned(),
+        store: "memory".to_owned(),
+        expectation: "safe".to_owned(),
+        clients: 8,
+        trials: 1,
+        acquisitions: 100,
+        overlaps,
+        foreign_deletions: 0,
+        stale_writes_accepted: 0,
+        writes_rejected: 0,
+        stuck_locks: 0,
+        handoff_p50_us: Some(1_500),
+        handoff_p99_us: Some(4_000),
+        stalls: 0,
+        crashes: 0,
+        verdict: "ok".to_owned(),
+    }
+}
+
+#[test]
+fn overlaps_break_a_safe_row_wherever_nobody_stalls_past_the_lease() {
+    for scenario in ["short-stalls", "crashes", "clock-skew"] {
+        assert!(safe_row(scenario, 3).broken(), "{scenario}");
+        assert!(!safe_row(scenario, 0).broken(), "{scenario}");
+    }
+    // A holder paused past its lease overlaps the next one with any lease lock.
+    assert!(!safe_row("long-stalls", 3).broken());
+}
+
+// ---------------------------------------------------------------------------------------------
+// algorithms broken on purpose, kept here and not in the product: the race must see what they do
+
+mod broken {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use tairlock::store::memory::{CommandResult, Db};
+    use tairlock::{Reply, Script, Store};
+    use tairlock_cli::race::algorithms::{
+        Algorithm, Attempt, BoxFuture, Expectation, ExpireLockAlgorithm, Holding,
+    };
+    use tairlock_cli::race::client::{Client, Step};
+
+    /// A compare-and-delete that forgot to compare: it deletes whatever lease the key holds.
+    static DELETE_ANY: Script = Script::new(
+        "race_test_delete_any",
+        "redis.call('DEL', KEYS[1])\nreturn 1",
+        delete_any,
+    );
+
+    fn delete_any(db: &mut Db, keys: &[String], _: &[String]) -> CommandResult<Reply> {
+        db.del(&keys[0]);
+        Ok(Reply::Int(1))
+    }
+
+    /// `expire-lock`'s acquire, and a scripted release that deletes any lease.
+    pub(super) struct BrokenUnlock;
+
+    impl<S: Store> Algorithm<S> for BrokenUnlock {
+        fn name(&self) -> &'static str {
+            "broken-unlock"
+        }
+
+        fn expectation(&self) -> Expectation {
+            Expectation::Safe
+        }
+
+        fn fenced(&self) -> bool {
+            true
+        }
+
+        fn try_acquire<'a>(
+            &'a self,
+            cx: &'a Client<S>,
+            lock: &'a str,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Step<Attempt>> {
+            Algorithm::<S>::try_acquire(&ExpireLockAlgorithm, cx, lock, ttl)
+        }
+
+        fn release<'a>(
+            &'a self,
+            cx: &'a Client<S>,
+            lock: &'a str,
+            holding: Holding,
+        ) -> BoxFuture<'a, Step<()>> {
+            Box::pin(async move {
+                cx.pause("release:before").await?;
+                let value = String::from_utf8(holding.value).expect("leases are text");
+                cx.store()
+                    .eval(&DELETE_ANY, &[format!("{{{lock}}}")], &[value])
+                    .await?;
+                Ok(())
+            })
+        }
+
+        fn keys(&self, lock: &str) -> Vec<String> {
+            vec![format!("{{{lock}}}")]
+        }
+    }
+
+    /// While client 0 is between its grant (`SETNX` applied) and the acquire's return, client 1
+    /// deletes the key; it deletes nothing at any other time.
+    pub(super) struct GrantWindow {
+        pub(super) window: AtomicBool,
+    }
+
+    impl<S: Store> Algorithm<S> for GrantWindow {
+        fn name(&self) -> &'static str {
+            "grant-window"
+        }
+
+        fn expectation(&self) -> Expectation {
+            Expectation::Flawed
+        }
+
+        fn fenced(&self) -> bool {
+            false
+        }
+
+        fn try_acquire<'a>(
+            &'a self,
+            cx: &'a Client<S>,
+            lock: &'a str,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Step<Attempt>> {
+            Box::pin(async move {
+                if cx.id() != 0 {
+                    if self.window.load(Ordering::SeqCst) {
+                        cx.store().del(lock).await?;
+                    }
+                    return Ok(Attempt::Busy { retry_after: None });
+                }
+                let token = cx.unique_token();
+                if !cx.store().set_nx_px(lock, token.as_bytes(), ttl).await? {
+                    return Ok(Attempt::Busy { retry_after: None });
+                }
+                self.window.store(true, Ordering::SeqCst);
+                tokio::time::sleep(ttl / 4).await;
+                self.window.store(false, Ordering::SeqCst);
+                Ok(Attempt::Acquired(Holding {
+                    value: token.into_bytes(),
+                    fence: None,
+                    deadline: tokio::time::Instant::now() + ttl / 2,
+                }))
+            })
+        }
+
+        fn release<'a>(
+            &'a self,
+            cx: &'a Client<S>,
+            lock: &'a str,
+            holding: Holding,
+        ) -> BoxFuture<'a, Step<()>> {
+            Box::pin(async move {
+                if cx.store().get(lock).await?.as_deref() == Some(&holding.value[..]) {
+                    cx.store().del(lock).await?;
+                }
+                Ok(())
+            })
+        }
+    }
+}
+
+/// The race on the embedded store and virtual time, with `algorithms` only.
+fn embedded_race(
+    config: &tairlock_cli::race::RaceConfig,
+    algorithm: Box<dyn tairlock_cli::race::algorithms::Algorithm<tairlock::MemoryStore>>,
+) -> Vec<tairlock_cli::race::Row> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let clock: tairlock::clock::SharedClock =
+            std::sync::Arc::new(tairlock::clock::TokioClock::new());
+        let store = tairlock::MemoryStore::with_clock(clock.clone());
+        tairlock_cli::race::run_algorithms(store, clock, "memory", config, vec![algorithm], |_| {})
+            .await
+            .unwrap()
+    })
+}
+
+fn config(scenario: tairlock_cli::race::scenario::Scenario) -> tairlock_cli::race::RaceConfig {
+    tairlock_cli::race::RaceConfig {
+        trials: 3,
+        trial_length: std::time::Duration::from_secs(2),
+        scenarios: vec![scenario],
+        ..tairlock_cli::race::RaceConfig::default()
+    }
+}
+
+#[test]
+fn a_scripted_unlock_that_deletes_any_lease_is_caught_deleting_on_the_embedded_store() {
+    use tairlock_cli::race::scenario::Scenario;
+    let rows = embedded_race(
+        &config(Scenario::ShortStalls),
+        Box::new(broken::BrokenUnlock),
+    );
+    let row = &rows[0];
+    assert!(row.foreign_deletions > 0, "{row:?}");
+    assert!(row.broken(), "{row:?}");
+    assert_eq!(row.verdict, "BROKEN");
+}
+
+#[test]
+fn a_scripted_unlock_that_deletes_any_lease_is_caught_deleting_on_a_real_server() {
+    use tairlock_cli::race::scenario::Scenario;
+    let server = server::RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut config = config(Scenario::ShortStalls);
+    config.latency = None;
+    config.trials = 2;
+    config.key_prefix = format!("race-test:{}", std::process::id());
+    let rows = rt.block_on(async {
+        let store = tairlock::RedisStore::connect(&server.url()).await.unwrap();
+        let clock: tairlock::clock::SharedClock = std::sync::Arc::new(tairlock::clock::SystemClock);
+        tairlock_cli::race::run_algorithms(
+            store,
+            clock,
+            "redis",
+            &config,
+            vec![Box::new(broken::BrokenUnlock)],
+            |_| {},
+        )
+        .await
+        .unwrap()
+    });
+    let row = &rows[0];
+    assert!(row.acquisitions > 0, "{row:?}");
+    assert!(
+        row.foreign_deletions > 0,
+        "{row:?}\n{}",
+        server.log_section()
+    );
+    assert_eq!(row.verdict, "BROKEN");
+}
+
+#[test]
+fn a_deletion_between_the_grant_and_the_acquires_return_is_counted() {
+    use tairlock_cli::race::scenario::Scenario;
+    let mut config = config(Scenario::ClockSkew);
+    config.clients = 2;
+    let rows = embedded_race(
+        &config,
+        Box::new(broken::GrantWindow {
+            window: Default::default(),
+        }),
+    );
+    let row = &rows[0];
+    assert!(row.acquisitions > 0, "{row:?}");
+    assert!(row.foreign_deletions > 0, "{row:?}");
+}
+
+#[test]
+fn handoff_is_timed_to_the_microsecond_on_virtual_time() {
+    let (code, rows, stderr) = race(&[
+        "--algorithm",
+        "expire-lock",
+        "--algorithm",
+        "legacy-scripted",
+        "--trials",
+        "2",
+    ]);
+    assert_eq!(code, 0, "stderr:\n{stderr}");
+    let p50s: Vec<u64> = rows
+        .iter()
+        .map(|r| {
+            r["handoff_p50_us"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no handoff in {r}"))
+        })
+        .collect();
+    // Each command's simulated round trip is 0.1-0.4 ms: on a millisecond clock every
+    // figure would be a whole number of milliseconds.
+    let fractional = p50s.iter().filter(|us| *us % 1000 != 0).count();
+    assert!(
+        fractional * 2 >= p50s.len(),
+        "handoff medians {p50s:?} (µs) are whole milliseconds"
+    );
+}

@@ -14,6 +14,7 @@ use tairlock::{Reply, Script, Store, Ttl};
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
 
 use super::scenario::{Action, Plan};
+use super::sim::Timer;
 use super::trial::Trial;
 
 /// Why an algorithm step stopped early.
@@ -61,6 +62,7 @@ impl<S: Store> Client<S> {
         plan: Arc<Plan>,
         trial: Arc<Trial>,
         seed: u64,
+        audit: Audit,
     ) -> Self {
         Client {
             id,
@@ -68,7 +70,10 @@ impl<S: Store> Client<S> {
                 inner: store,
                 client: id,
                 trial: trial.clone(),
+                audit,
                 latency: plan.latency,
+                timer: plan.timer.clone(),
+                rng: Arc::new(parking_lot::Mutex::new(StdRng::seed_from_u64(!seed))),
                 watch_pool: Arc::default(),
             },
             clock,
@@ -115,7 +120,7 @@ impl<S: Store> Client<S> {
             Action::Go => Ok(()),
             Action::Stall(d) => {
                 self.trial.count_stall();
-                tokio::time::sleep(d).await;
+                self.plan.timer.sleep(d).await;
                 Ok(())
             }
             Action::Crash => {
@@ -127,6 +132,16 @@ impl<S: Store> Client<S> {
 
     pub(crate) fn trial(&self) -> &Trial {
         &self.trial
+    }
+
+    /// Wait `d` of race time (virtual time to the microsecond on the embedded store).
+    pub async fn sleep(&self, d: Duration) {
+        self.plan.timer.sleep(d).await;
+    }
+
+    /// Race time since the race began.
+    pub fn now(&self) -> Duration {
+        self.plan.timer.now()
     }
 
     pub(crate) fn plan(&self) -> &Plan {
@@ -145,16 +160,46 @@ impl<S: Store> Client<S> {
     }
 }
 
+/// Where the race sees what each client's commands did to lock values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audit {
+    /// The embedded store reports every string write, replacement and deletion it applies,
+    /// with the client whose command or script made it ([`observe`]).
+    Store,
+    /// A server: the wrapper reads what each command replaced (`DEL` as `GETDEL`, `SET` as
+    /// `GETSET`), runs each script inside an audit script that reads every key before and after
+    /// it in the same atomic step, and reads what a `WATCH` transaction overwrote or deleted.
+    Commands,
+}
+
+tokio::task_local! {
+    /// The client whose command runs now, for the embedded store's change observer.
+    static ACTOR: (usize, Arc<Trial>);
+}
+
+/// Have `store` report every change to a string value to the trial of the client whose command
+/// made it ([`Audit::Store`]). Again on the same store: nothing more to do.
+pub fn observe(store: &tairlock::MemoryStore) {
+    let _ = store.on_change(|change| {
+        let _ = ACTOR.try_with(|(client, trial)| {
+            trial.saw_change(*client, change.old.as_deref(), change.new.as_deref());
+        });
+    });
+}
+
 /// The store as the race's clients see it: every command takes a simulated network round trip
-/// (on the embedded store), and every `DEL` reports what it deleted, so a deletion of another
-/// holder's lock is seen where it happens. `DEL` is sent as `GETDEL`, which deletes exactly as
-/// `DEL` does and also returns the value.
+/// (on the embedded store), and every deletion or overwrite of a lock value is seen where it
+/// happens, with the client that caused it ([`Audit`]).
 #[derive(Clone)]
 pub struct RaceStore<S> {
     inner: S,
     client: usize,
     trial: Arc<Trial>,
+    audit: Audit,
     latency: Option<(Duration, Duration)>,
+    timer: Timer,
+    /// Draws each hop's latency: seeded per client, so a seed gives one table.
+    rng: Arc<parking_lot::Mutex<StdRng>>,
     /// Idle `WATCH` connections of the inner store, for [`WatchStore`]: type-erased because
     /// only `S: WatchStore` has a connection type.
     watch_pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
@@ -168,23 +213,39 @@ impl<S> fmt::Debug for RaceStore<S> {
     }
 }
 
+/// One way of a simulated round trip: half of a draw in `latency`.
+async fn hop(
+    latency: Option<(Duration, Duration)>,
+    timer: &Timer,
+    rng: &parking_lot::Mutex<StdRng>,
+) {
+    if let Some((low, high)) = latency {
+        let d = if high > low {
+            rng.lock().random_range(low..high)
+        } else {
+            low
+        };
+        timer.sleep(d / 2).await;
+    }
+}
+
 impl<S: Store> RaceStore<S> {
     async fn hop(&self) {
-        if let Some((low, high)) = self.latency {
-            let d = if high > low {
-                rand::rng().random_range(low..high)
-            } else {
-                low
-            };
-            tokio::time::sleep(d / 2).await;
-        }
+        hop(self.latency, &self.timer, &self.rng).await;
     }
 
     async fn round_trip<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
         self.hop().await;
-        let out = fut.await;
+        let out = ACTOR.scope((self.client, self.trial.clone()), fut).await;
         self.hop().await;
         out
+    }
+
+    /// What a command replaced, on a server ([`Audit::Commands`]).
+    fn saw(&self, old: Option<&[u8]>, new: Option<&[u8]>) {
+        if self.audit == Audit::Commands {
+            self.trial.saw_change(self.client, old, new);
+        }
     }
 }
 
@@ -194,30 +255,45 @@ impl<S: Store> Store for RaceStore<S> {
     }
 
     async fn set_nx(&self, key: &str, value: &[u8]) -> tairlock::Result<bool> {
-        self.round_trip(self.inner.set_nx(key, value)).await
+        let set = self.round_trip(self.inner.set_nx(key, value)).await?;
+        if set {
+            self.saw(None, Some(value));
+        }
+        Ok(set)
     }
 
     async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> tairlock::Result<bool> {
-        self.round_trip(self.inner.set_nx_px(key, value, ttl)).await
+        let set = self
+            .round_trip(self.inner.set_nx_px(key, value, ttl))
+            .await?;
+        if set {
+            self.saw(None, Some(value));
+        }
+        Ok(set)
     }
 
     async fn set(&self, key: &str, value: &[u8]) -> tairlock::Result<()> {
-        self.round_trip(self.inner.set(key, value)).await
+        match self.audit {
+            Audit::Store => self.round_trip(self.inner.set(key, value)).await,
+            // `GETSET` replaces exactly as `SET` does (value and TTL) and says what it replaced.
+            Audit::Commands => self.getset(key, value).await.map(drop),
+        }
     }
 
     async fn getset(&self, key: &str, value: &[u8]) -> tairlock::Result<Option<Vec<u8>>> {
-        self.round_trip(self.inner.getset(key, value)).await
+        let old = self.round_trip(self.inner.getset(key, value)).await?;
+        self.saw(old.as_deref(), Some(value));
+        Ok(old)
     }
 
     async fn getdel(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
         let old = self.round_trip(self.inner.getdel(key)).await?;
-        if let Some(v) = &old {
-            self.trial.saw_deletion(self.client, v);
-        }
+        self.saw(old.as_deref(), None);
         Ok(old)
     }
 
     async fn del(&self, key: &str) -> tairlock::Result<bool> {
+        // `GETDEL` deletes exactly as `DEL` does and also says what it deleted.
         Ok(self.getdel(key).await?.is_some())
     }
 
@@ -255,7 +331,33 @@ impl<S: Store> Store for RaceStore<S> {
         keys: &[String],
         args: &[String],
     ) -> tairlock::Result<Reply> {
-        self.round_trip(self.inner.eval(script, keys, args)).await
+        if self.audit == Audit::Store || keys.is_empty() {
+            return self.round_trip(self.inner.eval(script, keys, args)).await;
+        }
+        let reply = self
+            .round_trip(self.inner.eval(audited(script), keys, args))
+            .await?;
+        let Reply::Array(mut items) = reply else {
+            return Err(tairlock::Error::new(
+                tairlock::ErrorKind::Server,
+                format!("the race's audit of {} replied {reply:?}", script.name()),
+            ));
+        };
+        if items.len() != 1 + 2 * keys.len() {
+            return Err(tairlock::Error::new(
+                tairlock::ErrorKind::Server,
+                format!("the race's audit of {} replied {items:?}", script.name()),
+            ));
+        }
+        let around: Vec<Reply> = items.drain(1..).collect();
+        for pair in around.chunks(2) {
+            let read = |r: &Reply| match r {
+                Reply::Data(d) => Some(d.clone()),
+                _ => None,
+            };
+            self.saw(read(&pair[0]).as_deref(), read(&pair[1]).as_deref());
+        }
+        Ok(items.pop().expect("checked length"))
     }
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
@@ -287,7 +389,10 @@ impl<S: WatchStore> WatchStore for RaceStore<S> {
             inner: Some(inner),
             client: self.client,
             trial: self.trial.clone(),
+            audit: self.audit,
             latency: self.latency,
+            timer: self.timer.clone(),
+            rng: self.rng.clone(),
             pool: self.watch_pool.clone(),
             reads: HashMap::new(),
             clean: true,
@@ -306,7 +411,10 @@ pub struct RaceConnection<C: WatchConnection> {
     inner: Option<C>,
     client: usize,
     trial: Arc<Trial>,
+    audit: Audit,
     latency: Option<(Duration, Duration)>,
+    timer: Timer,
+    rng: Arc<parking_lot::Mutex<StdRng>>,
     pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
     reads: HashMap<String, Vec<u8>>,
     clean: bool,
@@ -332,14 +440,7 @@ impl<C: WatchConnection> Drop for RaceConnection<C> {
 
 impl<C: WatchConnection> RaceConnection<C> {
     async fn hop(&self) {
-        if let Some((low, high)) = self.latency {
-            let d = if high > low {
-                rand::rng().random_range(low..high)
-            } else {
-                low
-            };
-            tokio::time::sleep(d / 2).await;
-        }
+        hop(self.latency, &self.timer, &self.rng).await;
     }
 
     fn con(&mut self) -> &mut C {
@@ -353,7 +454,8 @@ impl<C: WatchConnection> WatchConnection for RaceConnection<C> {
     async fn watch(&mut self, keys: &[String], reads: &[Read]) -> tairlock::Result<Vec<Reply>> {
         self.hop().await;
         self.clean = false;
-        let out = self.con().watch(keys, reads).await;
+        let actor = (self.client, self.trial.clone());
+        let out = ACTOR.scope(actor, self.con().watch(keys, reads)).await;
         self.hop().await;
         self.reads.clear();
         if let Ok(replies) = &out {
@@ -379,18 +481,87 @@ impl<C: WatchConnection> WatchConnection for RaceConnection<C> {
     async fn exec(&mut self, ops: &[TxOp]) -> tairlock::Result<Option<Vec<Reply>>> {
         self.hop().await;
         self.clean = false;
-        let out = self.con().exec(ops).await;
+        let actor = (self.client, self.trial.clone());
+        let out = ACTOR.scope(actor, self.con().exec(ops)).await;
         self.hop().await;
         self.clean = out.is_ok();
-        if let Ok(Some(replies)) = &out {
+        if self.audit == Audit::Commands
+            && let Ok(Some(replies)) = &out
+        {
+            // The watched reads still held when EXEC ran (it did not abort): each deletion or
+            // overwrite replaced exactly the value read.
             for (op, reply) in ops.iter().zip(replies) {
-                if let (TxOp::Del { key }, Reply::Int(1)) = (op, reply)
-                    && let Some(value) = self.reads.get(key)
-                {
-                    self.trial.saw_deletion(self.client, value);
+                match (op, reply) {
+                    (TxOp::Del { key }, Reply::Int(1)) => {
+                        let old = self.reads.remove(key);
+                        self.trial.saw_change(self.client, old.as_deref(), None);
+                    }
+                    (TxOp::Set { key, value, .. }, Reply::Status(_)) => {
+                        let old = self.reads.insert(key.clone(), value.clone());
+                        self.trial
+                            .saw_change(self.client, old.as_deref(), Some(value));
+                    }
+                    _ => {}
                 }
             }
         }
         out
     }
+}
+
+/// `script` inside an audit script ([`Audit::Commands`]): the same body, run in the same atomic
+/// step between two reads of every key (its string value, or `false`). Replies
+/// `{reply, before 1, after 1, before 2, after 2, ...}`; an error reply is passed through as is
+/// (every script checks key types before it writes, so an error wrote nothing).
+fn audited(script: &'static Script) -> &'static Script {
+    static AUDITED: std::sync::LazyLock<
+        parking_lot::Mutex<HashMap<&'static str, &'static Script>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let mut audited = AUDITED.lock();
+    audited.entry(script.name()).or_insert_with(|| {
+        let lua = AUDIT_LUA.replace("--BODY--", script.lua());
+        let name = format!("race_audited_{}", script.name());
+        Box::leak(Box::new(Script::new(
+            Box::leak(name.into_boxed_str()),
+            Box::leak(lua.into_boxed_str()),
+            server_only,
+        )))
+    })
+}
+
+/// The audit script; `--BODY--` stands for the audited script's source, run as a function so
+/// that its `return` is its reply.
+const AUDIT_LUA: &str = r#"local function __race_read()
+  local v = {}
+  for i, k in ipairs(KEYS) do
+    if redis.call('TYPE', k)['ok'] == 'string' then v[i] = redis.call('GET', k) else v[i] = false end
+  end
+  return v
+end
+local __race_before = __race_read()
+local __race_reply = (function()
+--BODY--
+end)()
+if type(__race_reply) == 'table' and __race_reply['err'] then return __race_reply end
+if __race_reply == nil then __race_reply = false end
+local __race_after = __race_read()
+local __race_out = {__race_reply}
+for i = 1, #KEYS do
+  __race_out[2 * i] = __race_before[i]
+  __race_out[2 * i + 1] = __race_after[i]
+end
+return __race_out
+"#;
+
+/// The native body of an audited script: audits run on servers only (the embedded store
+/// reports its changes itself).
+fn server_only(
+    _: &mut tairlock::store::memory::Db,
+    _: &[String],
+    _: &[String],
+) -> tairlock::store::memory::CommandResult<Reply> {
+    Err(tairlock::store::memory::CommandError::new(
+        "ERR",
+        "the race audits scripts only on a server",
+    ))
 }

@@ -32,7 +32,7 @@ pub fn table(rows: &[Row]) -> String {
                 r.stuck_locks.to_string(),
                 r.handoff_p50_us.map_or_else(
                     || "-".to_owned(),
-                    |us| format!("{:.1}ms", us as f64 / 1000.0),
+                    |us| format!("{:.2}ms", us as f64 / 1000.0),
                 ),
                 r.crashes.to_string(),
                 r.verdict.clone(),

@@ -88,6 +88,8 @@ pub struct Plan {
     /// the lease; on real time, sleeps overshoot (scheduler, a loaded machine), so it leaves a
     /// wider margin before the deadline than on virtual time, where sleeps are exact.
     pub(crate) real_time: bool,
+    /// How the race waits and tells time.
+    pub(crate) timer: super::sim::Timer,
 }
 
 impl Plan {

@@ -1,9 +1,11 @@
 //! One trial: N clients on one lock key, and what the race counts about them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+use super::sim::Timer;
 
 /// The counts of one trial (summed over trials into a row); see the race module docs.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +37,15 @@ impl Counts {
     }
 }
 
+/// A value a client wrote during its current acquisition attempt.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    /// When the store applied the write (race time).
+    at: Duration,
+    /// Whether another client has deleted or overwritten it since.
+    removed_by_other: bool,
+}
+
 #[derive(Debug, Default)]
 struct State {
     counts: Counts,
@@ -42,24 +53,52 @@ struct State {
     inside: usize,
     /// Of those, the ones holding exclusively (every one, unless the algorithm has readers).
     exclusive_inside: usize,
-    /// The lock value each live holder wrote, by client.
+    /// The lock value each live holder wrote, by client: from its grant (the moment the store
+    /// applied its write) until its release finished, or it crashed.
     holders: HashMap<usize, Vec<u8>>,
+    /// Values each client wrote during its current acquisition attempt, not yet known to be a
+    /// grant. When the attempt turns out to be a grant of one of them, its holder is registered
+    /// from the write: a deletion between the grant and the acquire's return counts.
+    pending: HashMap<(usize, Vec<u8>), Written>,
+    /// When a holder's own command deleted its value at the store, by client: its release
+    /// really released.
+    released_own: HashMap<usize, Duration>,
+    /// Clients whose last attempt found the lock busy, and who still want it.
+    waiting: HashSet<usize>,
     /// Grants so far (each successful acquisition gets the next number).
     grants: u64,
     /// The protected resource: highest fencing token and highest grant it accepted.
     max_token: u64,
     max_grant_written: u64,
-    /// When the last release finished, for handoff latency.
-    released_at: Option<tokio::time::Instant>,
+    /// When the lock last became free while someone waited for it: a real release applied at
+    /// the store, or the last holder's crash. The next grant ends the handoff.
+    freed_at: Option<Duration>,
+}
+
+impl State {
+    /// The lock became free at `at` if nobody holds it now; a handoff starts if someone waits.
+    fn free_at(&mut self, at: Duration) {
+        if self.holders.is_empty() && !self.waiting.is_empty() {
+            self.freed_at = Some(at);
+        }
+    }
 }
 
 /// Shared by the clients of one trial.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Trial {
     state: Mutex<State>,
+    timer: Timer,
 }
 
 impl Trial {
+    pub(crate) fn new(timer: Timer) -> Self {
+        Trial {
+            state: Mutex::default(),
+            timer,
+        }
+    }
+
     pub(crate) fn count_stall(&self) {
         self.state.lock().counts.stalls += 1;
     }
@@ -70,9 +109,24 @@ impl Trial {
 
     /// A client acquired: returns the grant number. Counts an overlap if another client is
     /// inside the critical section, unless both hold it shared (readers of a reader/writer
-    /// lock): an overlap needs an exclusive holder on one side.
+    /// lock): an overlap needs an exclusive holder on one side. The grant happened when the
+    /// store applied the client's write of `value` (now, for a holding the store keeps no
+    /// string of, such as a reader's entry).
     pub(crate) fn enter(&self, client: usize, value: &[u8], shared: bool) -> u64 {
+        let now = self.timer.now();
         let mut s = self.state.lock();
+        let written = s.pending.get(&(client, value.to_vec())).copied();
+        // Registered at the grant: someone deleted or overwrote this value after the store
+        // applied it and before the acquire returned.
+        if written.is_some_and(|w| w.removed_by_other) {
+            s.counts.foreign_deletions += 1;
+        }
+        s.pending.retain(|(c, _), _| *c != client);
+        s.waiting.remove(&client);
+        if let Some(freed) = s.freed_at.take() {
+            let granted = written.map_or(now, |w| w.at);
+            s.counts.handoffs.push(granted.saturating_sub(freed));
+        }
         s.counts.acquisitions += 1;
         s.grants += 1;
         let others = if shared { s.exclusive_inside } else { s.inside };
@@ -84,9 +138,6 @@ impl Trial {
             s.exclusive_inside += 1;
         }
         s.holders.insert(client, value.to_vec());
-        if let Some(at) = s.released_at.take() {
-            s.counts.handoffs.push(at.elapsed());
-        }
         s.grants
     }
 
@@ -99,21 +150,73 @@ impl Trial {
         }
     }
 
-    /// A client finished releasing (or died holding): it no longer claims the lock.
-    pub(crate) fn released(&self, client: usize, completed: bool) {
+    /// A client starts an acquisition attempt: what it wrote before is no grant.
+    pub(crate) fn attempt(&self, client: usize) {
+        self.state.lock().pending.retain(|(c, _), _| *c != client);
+    }
+
+    /// A client's attempt found the lock busy: it waits for it.
+    pub(crate) fn busy(&self, client: usize) {
+        self.state.lock().waiting.insert(client);
+    }
+
+    /// A client's release finished. It really released when its own command deleted its value
+    /// at the store (`shared`: a reader's entry, which is no string value, counts when its
+    /// release finishes); the lock is free then if nobody else holds it.
+    pub(crate) fn released(&self, client: usize, shared: bool) {
+        let now = self.timer.now();
         let mut s = self.state.lock();
+        s.pending.retain(|(c, _), _| *c != client);
+        let own = s.released_own.remove(&client);
         s.holders.remove(&client);
-        if completed {
-            s.released_at = Some(tokio::time::Instant::now());
+        let at = if shared { Some(now) } else { own };
+        if let Some(at) = at {
+            s.free_at(at);
         }
     }
 
-    /// A client deleted a lock value: foreign if another live holder wrote it.
-    pub(crate) fn saw_deletion(&self, client: usize, value: &[u8]) {
+    /// A client died (acquiring, holding or releasing): it no longer claims anything. If it
+    /// held the lock, the lock is free for the others from now: they wait out its lease, and
+    /// that wait is part of the handoff.
+    pub(crate) fn crashed(&self, client: usize) {
+        let now = self.timer.now();
         let mut s = self.state.lock();
-        let foreign = s.holders.iter().any(|(c, v)| *c != client && v == value);
-        if foreign {
-            s.counts.foreign_deletions += 1;
+        s.pending.retain(|(c, _), _| *c != client);
+        s.waiting.remove(&client);
+        let own = s.released_own.remove(&client);
+        if s.holders.remove(&client).is_some() {
+            s.free_at(own.unwrap_or(now));
+        }
+    }
+
+    /// What a client's command or script did to a string value at the store: wrote `new`
+    /// where `old` was (`None`: nothing, or deleted). Removing or replacing a value another
+    /// live holder wrote is a foreign deletion; a value written may turn out to be a grant.
+    pub(crate) fn saw_change(&self, client: usize, old: Option<&[u8]>, new: Option<&[u8]>) {
+        if old == new {
+            return;
+        }
+        let now = self.timer.now();
+        let mut s = self.state.lock();
+        if let Some(old) = old {
+            let foreign = s.holders.iter().any(|(c, v)| *c != client && v == old);
+            if foreign {
+                s.counts.foreign_deletions += 1;
+            }
+            if s.holders.get(&client).is_some_and(|v| v == old) {
+                s.released_own.insert(client, now);
+            }
+            for ((c, v), written) in s.pending.iter_mut() {
+                if *c != client && v == old {
+                    written.removed_by_other = true;
+                }
+            }
+        }
+        if let Some(new) = new {
+            s.pending.entry((client, new.to_vec())).or_insert(Written {
+                at: now,
+                removed_by_other: false,
+            });
         }
     }
 
@@ -144,5 +247,109 @@ impl Trial {
 
     pub(crate) fn into_counts(self) -> Counts {
         self.state.into_inner().counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A trial on tokio's paused clock, and a way to move it.
+    fn trial() -> (Trial, tokio::runtime::Runtime) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let timer = rt.block_on(async { Timer::tokio() });
+        (Trial::new(timer), rt)
+    }
+
+    fn advance(rt: &tokio::runtime::Runtime, ms: u64) {
+        rt.block_on(tokio::time::advance(Duration::from_millis(ms)));
+    }
+
+    fn handoffs(t: Trial) -> Vec<Duration> {
+        t.into_counts().handoffs
+    }
+
+    #[test]
+    fn handoff_runs_from_the_release_at_the_store_to_the_next_grant_at_the_store() {
+        let (t, rt) = trial();
+        let _in_runtime = rt.enter();
+        t.saw_change(0, None, Some(b"a"));
+        t.enter(0, b"a", false);
+        t.busy(1);
+        advance(&rt, 5);
+        t.saw_change(0, Some(b"a"), None); // the release, applied at the store
+        t.leave(false);
+        advance(&rt, 2);
+        t.released(0, false); // its reply arrives later
+        advance(&rt, 3);
+        t.attempt(1);
+        t.saw_change(1, None, Some(b"b")); // the grant, applied at the store
+        advance(&rt, 4);
+        t.enter(1, b"b", false); // the acquire returns later
+        assert_eq!(handoffs(t), vec![Duration::from_millis(5)]);
+    }
+
+    #[test]
+    fn a_release_that_released_nothing_starts_no_handoff() {
+        let (t, rt) = trial();
+        let _in_runtime = rt.enter();
+        t.saw_change(0, None, Some(b"a"));
+        t.enter(0, b"a", false);
+        t.busy(1);
+        t.leave(false);
+        advance(&rt, 5);
+        // The lease had passed: the release found nothing of its own to delete.
+        t.released(0, false);
+        advance(&rt, 3);
+        t.saw_change(1, None, Some(b"b"));
+        t.enter(1, b"b", false);
+        assert!(handoffs(t).is_empty());
+    }
+
+    #[test]
+    fn nobody_waiting_means_no_handoff() {
+        let (t, rt) = trial();
+        let _in_runtime = rt.enter();
+        t.saw_change(0, None, Some(b"a"));
+        t.enter(0, b"a", false);
+        t.saw_change(0, Some(b"a"), None);
+        t.leave(false);
+        t.released(0, false);
+        advance(&rt, 50);
+        // A newcomer that never waited takes the free lock: that is no handoff.
+        t.saw_change(1, None, Some(b"b"));
+        t.enter(1, b"b", false);
+        assert!(handoffs(t).is_empty());
+    }
+
+    #[test]
+    fn the_wait_after_a_holder_crashed_is_a_handoff() {
+        let (t, rt) = trial();
+        let _in_runtime = rt.enter();
+        t.saw_change(0, None, Some(b"a"));
+        t.enter(0, b"a", false);
+        t.busy(1);
+        t.leave(false);
+        t.crashed(0);
+        advance(&rt, 80); // the others wait out its lease
+        t.saw_change(1, None, Some(b"b"));
+        t.enter(1, b"b", false);
+        assert_eq!(handoffs(t), vec![Duration::from_millis(80)]);
+    }
+
+    #[test]
+    fn a_reader_joining_other_readers_is_no_handoff() {
+        let (t, rt) = trial();
+        let _in_runtime = rt.enter();
+        t.enter(0, b"r:0", true);
+        t.busy(2);
+        t.enter(1, b"r:1", true);
+        t.leave(true);
+        t.released(0, true);
+        assert!(handoffs(t).is_empty());
     }
 }

@@ -31,7 +31,13 @@ if cur then
   local held = tonumber(cur)
   -- Expired iff now > value (the jeffkit rule), judged by the server's clock only.
   if now <= held then
-    return {0, cur, (held + 1) * unit - now_ms}
+    -- The first ms past the timestamp, capped at 2^53 (Lua numbers are doubles: 17-19 digit
+    -- timestamps would otherwise lose precision or overflow the integer reply).
+    local ends_ms = (held + 1) * unit
+    if ends_ms >= 9007199254740992 then
+      ends_ms = 9007199254740992
+    end
+    return {0, cur, ends_ms - now_ms}
   end
 end
 local last = 0

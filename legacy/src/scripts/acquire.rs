@@ -6,6 +6,9 @@ use tairlock::store::memory::{CommandError, CommandResult, Db};
 
 use super::{digits, now, px, string_or_none};
 
+/// 2^53: the integers up to here are exact in a Lua number (a double).
+const LUA_EXACT: u128 = 1 << 53;
+
 /// Take a legacy-format lock if free or expired by server time. Lua: `acquire.lua`.
 pub static ACQUIRE: Script = Script::new("legacy_acquire", include_str!("acquire.lua"), native);
 
@@ -24,7 +27,10 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             )
         })?;
         if now <= held {
-            let remaining = ((held + 1) * unit) as i64 - now_ms as i64;
+            // As the Lua computes it, in doubles: capped at 2^53 ms (17-19 digit timestamps in
+            // seconds would overflow u64 here, and lose precision there).
+            let ends_ms = ((u128::from(held) + 1) * u128::from(unit)).min(LUA_EXACT) as i64;
+            let remaining = ends_ms - now_ms as i64;
             return Ok(Reply::Array(vec![
                 Reply::Int(0),
                 Reply::Data(cur),

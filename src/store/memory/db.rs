@@ -120,6 +120,19 @@ struct Entry {
     expires_at: Option<u64>,
 }
 
+/// A string value a command or script wrote, replaced or deleted: what
+/// [`MemoryStore::on_change`](super::MemoryStore::on_change) reports. Expiry is not a change
+/// (nobody caused it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The key.
+    pub key: String,
+    /// The string it held before (`None`: no string, e.g. a missing key).
+    pub old: Option<Vec<u8>>,
+    /// The string it holds after (`None`: deleted, or replaced by another type).
+    pub new: Option<Vec<u8>>,
+}
+
 /// The embedded keyspace: what native bodies run on. Every method mirrors one Redis command,
 /// with the same replies, errors and expiry rule; time is frozen for one command or script.
 #[derive(Debug, Default)]
@@ -130,6 +143,8 @@ pub struct Db {
     now_us: u64,
     /// Channels published to during the current step, delivered when it ends.
     outbox: Vec<String>,
+    /// String writes, replacements and deletions of the current step, when someone listens.
+    changes: Option<Vec<Change>>,
 }
 
 impl Db {
@@ -160,6 +175,50 @@ impl Db {
 
     pub(crate) fn take_outbox(&mut self) -> Vec<String> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Record every string write, replacement and deletion from now on.
+    pub(crate) fn record_changes(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    pub(crate) fn take_changes(&mut self) -> Vec<Change> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn changed(&mut self, key: &str, old: Option<Vec<u8>>, new: Option<Vec<u8>>) {
+        if let Some(changes) = &mut self.changes
+            && old != new
+        {
+            changes.push(Change {
+                key: key.to_owned(),
+                old,
+                new,
+            });
+        }
+    }
+
+    /// The string under `key`, for the change journal (only when someone listens).
+    fn string_for_journal(&self, key: &str) -> Option<Vec<u8>> {
+        self.changes.as_ref()?;
+        match self.entries.get(key) {
+            Some(Entry {
+                value: Value::Str(s),
+                ..
+            }) => Some(s.clone()),
+            _ => None,
+        }
+    }
+
+    /// A deletion by a command (not by expiry): journalled.
+    fn delete(&mut self, key: &str) -> Option<Entry> {
+        let old = self.string_for_journal(key);
+        let entry = self.remove(key)?;
+        self.changed(key, old, None);
+        Some(entry)
     }
 
     /// The frozen time, since the epoch.
@@ -220,6 +279,15 @@ impl Db {
     }
 
     fn insert(&mut self, key: &str, value: Value, ttl: Option<Duration>) {
+        // Every entry still here is live: `set_time` reclaimed the expired ones for this step.
+        if self.changes.is_some() {
+            let old = self.string_for_journal(key);
+            let new = match &value {
+                Value::Str(s) => Some(s.clone()),
+                _ => None,
+            };
+            self.changed(key, old, new);
+        }
         self.remove(key);
         self.entries.insert(
             key.to_owned(),
@@ -289,14 +357,14 @@ impl Db {
     pub fn getdel(&mut self, key: &str) -> CommandResult<Option<Vec<u8>>> {
         let old = self.get(key)?;
         if old.is_some() {
-            self.remove(key);
+            self.delete(key);
         }
         Ok(old)
     }
 
     /// `DEL` for one key: true if it existed.
     pub fn del(&mut self, key: &str) -> bool {
-        self.live(key).is_some() && self.remove(key).is_some()
+        self.live(key).is_some() && self.delete(key).is_some()
     }
 
     /// `INCRBY` (keeps the key's TTL, as Redis does).
@@ -309,19 +377,23 @@ impl Db {
             .checked_add(delta)
             .ok_or_else(|| CommandError::new("ERR", "increment or decrement would overflow"))?;
         match self.string(key)? {
-            Some(bytes) => *bytes = next.to_string().into_bytes(),
+            Some(bytes) => {
+                let old = std::mem::replace(bytes, next.to_string().into_bytes());
+                self.changed(key, Some(old), Some(next.to_string().into_bytes()));
+            }
             None => self.set(key, next.to_string(), None),
         }
         Ok(next)
     }
 
-    /// `PEXPIRE`: true if the key exists. A zero TTL deletes the key, as on the server.
+    /// `PEXPIRE`: true if the key exists. The TTL counts in whole milliseconds, as the server
+    /// takes it: under 1 ms it is `PEXPIRE key 0`, which deletes the key at once.
     pub fn pexpire(&mut self, key: &str, ttl: Duration) -> bool {
         if !self.exists(key) {
             return false;
         }
-        if ttl.is_zero() {
-            self.remove(key);
+        if ttl.as_millis() == 0 {
+            self.delete(key);
         } else {
             let at = self.now_ms() + ttl.as_millis() as u64;
             self.set_expiry(key, Some(at));
@@ -375,7 +447,7 @@ impl Db {
 
     fn drop_if_empty(&mut self, key: &str, empty: bool) {
         if empty {
-            self.remove(key);
+            self.delete(key);
         }
     }
 
@@ -607,6 +679,55 @@ mod tests {
         db.rpush("l", "a").unwrap();
         assert_eq!(db.hset("l", b"f", "v").unwrap_err().code(), "WRONGTYPE");
         assert_eq!(db.zadd("l", 1.0, b"m").unwrap_err().code(), "WRONGTYPE");
+    }
+
+    #[test]
+    fn pexpire_under_a_millisecond_deletes_at_once() {
+        let mut db = db_at(1_000);
+        db.set("k", "v", None);
+        assert!(db.pexpire("k", Duration::from_micros(999)));
+        assert_eq!(db.get("k").unwrap(), None);
+        assert_eq!(db.pttl("k"), -2);
+        db.set("k", "v", None);
+        assert!(db.pexpire("k", Duration::from_micros(1_500)));
+        assert_eq!(db.pttl("k"), 1);
+    }
+
+    #[test]
+    fn the_journal_records_what_commands_did_to_strings_and_not_expiry() {
+        let mut db = db_at(0);
+        db.set("quiet", "x", None);
+        db.record_changes();
+        let change = |key: &str, old: Option<&str>, new: Option<&str>| Change {
+            key: key.to_owned(),
+            old: old.map(|s| s.as_bytes().to_vec()),
+            new: new.map(|s| s.as_bytes().to_vec()),
+        };
+        db.set("k", "a", Some(Duration::from_millis(5)));
+        db.set("k", "a", None);
+        db.getset("k", "b").unwrap();
+        db.incr_by("n", 1).unwrap();
+        db.incr_by("n", 1).unwrap();
+        db.del("k");
+        db.set("e", "v", Some(Duration::from_millis(5)));
+        db.set_time(Duration::from_millis(10));
+        assert!(!db.exists("e"));
+        db.set("h", "s", None);
+        db.hset("h2", b"f", "v").unwrap();
+        db.pexpire("h", Duration::ZERO);
+        assert_eq!(
+            db.take_changes(),
+            vec![
+                change("k", None, Some("a")),
+                change("k", Some("a"), Some("b")),
+                change("n", None, Some("1")),
+                change("n", Some("1"), Some("2")),
+                change("k", Some("b"), None),
+                change("e", None, Some("v")),
+                change("h", None, Some("s")),
+                change("h", Some("s"), None),
+            ]
+        );
     }
 
     #[test]

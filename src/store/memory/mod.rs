@@ -13,7 +13,7 @@ mod db;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::db::{CommandError, CommandResult, Db};
+pub use self::db::{Change, CommandError, CommandResult, Db};
 
 use super::{Store, Ttl};
 use crate::clock::{SharedClock, SystemClock};
@@ -33,9 +33,19 @@ struct Shared {
     db: Mutex<Db>,
     clock: SharedClock,
     hub: Arc<Hub>,
+    /// Told of every string write, replacement and deletion, after each step (see `on_change`).
+    on_change: std::sync::OnceLock<ChangeObserver>,
     /// Loom models only: run at the end of every atomic step, inside it (see `observe`).
     #[cfg(tairlock_loom)]
     observer: std::sync::OnceLock<Observer>,
+}
+
+struct ChangeObserver(Box<dyn Fn(&Change) + Send + Sync>);
+
+impl std::fmt::Debug for ChangeObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChangeObserver")
+    }
 }
 
 #[cfg(tairlock_loom)]
@@ -67,6 +77,7 @@ impl MemoryStore {
                 db: Mutex::new(Db::new()),
                 clock,
                 hub: Arc::new(Hub::default()),
+                on_change: std::sync::OnceLock::new(),
                 #[cfg(tairlock_loom)]
                 observer: std::sync::OnceLock::new(),
             }),
@@ -80,7 +91,7 @@ impl MemoryStore {
 
     /// Run `f` on the keyspace as one atomic step, with time frozen at the clock's now.
     pub fn atomically<T>(&self, f: impl FnOnce(&mut Db) -> T) -> T {
-        let (out, published) = {
+        let (out, published, changes) = {
             let mut db = self.shared.db.lock();
             // The clock is read inside the step, so steps see time in the order they run.
             db.set_time(self.shared.clock.now());
@@ -89,12 +100,33 @@ impl MemoryStore {
             if let Some(observer) = self.shared.observer.get() {
                 (observer.0)(&mut db);
             }
-            (out, db.take_outbox())
+            (out, db.take_outbox(), db.take_changes())
         };
+        if let Some(observer) = self.shared.on_change.get() {
+            for change in &changes {
+                (observer.0)(change);
+            }
+        }
         for channel in published {
             self.shared.hub.deliver(&channel);
         }
         out
+    }
+
+    /// Tell `observer` of every string value a command or script writes, replaces or deletes
+    /// (a key's expiry is not a change: nobody caused it), in the order they happen. It runs
+    /// right after the step that made the change, outside the keyspace lock, on the caller's
+    /// thread and task: the caller of the command is the one who made it. For audits such as
+    /// the race's count of deleted locks. One observer per store: false (and `observer` is
+    /// dropped) when one is already set.
+    pub fn on_change(&self, observer: impl Fn(&Change) + Send + Sync + 'static) -> bool {
+        let set = self
+            .shared
+            .on_change
+            .set(ChangeObserver(Box::new(observer)))
+            .is_ok();
+        self.shared.db.lock().record_changes();
+        set
     }
 
     /// Loom models only: run `observer` at the end of every atomic step, inside it, so a model

@@ -63,12 +63,13 @@ pub enum Attempt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expectation {
     /// Scripted or transactional: zero foreign deletions, accepted stale writes and stuck locks
-    /// in every scenario, zero overlaps under short stalls. The race fails if it breaks these.
+    /// in every scenario, zero overlaps in every scenario but long stalls (where a holder paused
+    /// past its lease overlaps the next with any lease lock). The race fails if it breaks these.
     Safe,
     /// A verbatim recipe kept for comparison: the race is expected to show its flaws.
     Flawed,
     /// Correct mutual exclusion without a fencing token (Redlock): zero foreign deletions and
-    /// stuck locks in every scenario and zero overlaps under short stalls, as [`Safe`](Self::Safe),
+    /// stuck locks in every scenario and zero overlaps but under long stalls, as [`Safe`](Self::Safe),
     /// but stale writes are allowed: the resource cannot reject a paused holder's late write
     /// without a token, so long stalls show them (counted, not failed).
     Unfenced,

@@ -5,7 +5,7 @@
 //! race's resource cannot reject a paused holder's late write: under long stalls its rows count
 //! stale writes exactly as an unfenced recipe's do. Its expectation is therefore
 //! [`Expectation::Unfenced`]: zero foreign deletions and stuck locks in every scenario and zero
-//! overlaps under short stalls, stale writes allowed (and reported).
+//! overlaps but under long stalls, stale writes allowed (and reported).
 //!
 //! The commands go to the Redlock's own servers, not through the race's audited store: its
 //! release is a compare-and-delete script on every server, which can only delete its own value,

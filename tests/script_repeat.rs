@@ -555,7 +555,8 @@ async fn downgrade_whose_reply_was_lost_succeeds_on_its_retry() {
     let rw = RwLock::new(rig.store.clone());
     let observer = RwLock::new(rig.direct.clone());
     let w = rw.write("doc").await.unwrap();
-    rig.proxy.drop_replies(Which::Data, 1);
+    let sha = tairlock_rwlock::scripts::DOWNGRADE.sha1().as_bytes();
+    rig.proxy.drop_replies_matching(Which::Data, sha, 1);
     let r = w
         .downgrade()
         .await
@@ -576,10 +577,11 @@ async fn downgrade_without_an_answer_gives_back_the_reader_it_may_have_added() {
     let rw = RwLock::new(rig.store.clone());
     let observer = RwLock::new(rig.direct.clone());
     let w = rw.write("doc").await.unwrap();
-    rig.proxy.drop_replies(Which::Data, 2);
+    let sha = tairlock_rwlock::scripts::DOWNGRADE.sha1().as_bytes();
+    rig.proxy.drop_replies_matching(Which::Data, sha, 100);
     let err = match w.downgrade().await {
         Err(e) => e,
-        Ok(_) => panic!("both replies were dropped"),
+        Ok(_) => panic!("every downgrade reply was dropped"),
     };
     assert!(err.is_unanswered(), "{err}");
     wait_until_free(&observer, PROMPT + PROMPT, "an unanswered downgrade").await;

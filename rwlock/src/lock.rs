@@ -698,8 +698,8 @@ impl<S: Store> RwLock<S> {
     /// `None` when the write lease is gone.
     ///
     /// Safe to repeat with the same `nonce`: once the downgrade happened, a repeat finds its
-    /// reader and answers the same (with the reader's expiry), so a call whose reply was lost is
-    /// retried here after a timeout as well as after a dropped connection.
+    /// reader and answers the same (with the reader's expiry), so a call that got no answer (a
+    /// timeout or a dropped connection) is repeated here once more than other single steps.
     ///
     /// # Errors
     ///
@@ -723,7 +723,7 @@ impl<S: Store> RwLock<S> {
             self.publish_command(),
         ];
         let reply = match self.eval(&DOWNGRADE, &script_keys, &args).await {
-            Err(e) if e.is_timeout() => self.eval(&DOWNGRADE, &script_keys, &args).await,
+            Err(e) if e.is_unanswered() => self.eval(&DOWNGRADE, &script_keys, &args).await,
             other => other,
         }?;
         let items = array(&reply, &DOWNGRADE)?;

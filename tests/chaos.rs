@@ -25,8 +25,9 @@
 //!    holder released it or gave it up.
 //! 4. patience: an acquisition that returned later than its patience plus one response timeout
 //!    plus slack.
-//! 5. false loss: a guard that reported its lease lost while the server still held it with
-//!    more than a moment left.
+//! 5. false loss: a watchdog guard that reported its lease lost while its local deadline (of
+//!    the last acknowledged grant or renewal) was still ahead and the server still held the
+//!    lease: neither a definite answer nor the deadline made it lost.
 //!
 //! `TAIRLOCK_CHAOS_SECS` (default 30) and `TAIRLOCK_CHAOS_SEED` (default 12) choose the run; a
 //! failure prints the seed and the event log.
@@ -56,8 +57,9 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 const PATIENCE_SLACK: Duration = Duration::from_millis(1000);
 /// Beyond one lease for an orphan: the longest server pause the nemesis makes, plus polling.
 const ORPHAN_SLACK: Duration = Duration::from_millis(2500);
-/// A lease with more than this left on the server is not lost.
-const FALSE_LOSS_MARGIN: Duration = Duration::from_millis(250);
+/// A guard that reports its lease lost with more than this left before its local deadline,
+/// while the server still holds the lease, reported a false loss.
+const FALSE_LOSS_MARGIN: Duration = Duration::from_millis(100);
 const EXP: &str = "exp";
 const RW: &str = "rw";
 const LEGACY: &str = "legacy.lock";
@@ -245,6 +247,16 @@ enum Guard {
 }
 
 impl Guard {
+    /// Time left before the local deadline of the last acknowledged grant or renewal, for the
+    /// watchdog guards that tell it.
+    fn deadline_left(&self) -> Option<Duration> {
+        match self {
+            Guard::Exp(g) => g.lease().remaining(),
+            Guard::Write(g) => g.lease().and_then(|l| l.remaining()),
+            Guard::Read(_) | Guard::Legacy(_) => None,
+        }
+    }
+
     fn valid(&self) -> bool {
         match self {
             Guard::Exp(g) => !g.is_lost(),
@@ -357,19 +369,21 @@ impl Client {
         };
         let hold_for = Duration::from_millis(self.rng.random_range(0..longest.as_millis() as u64));
         let until = Instant::now() + hold_for;
-        let mut lost = false;
+        let mut lost = None;
         while Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(self.rng.random_range(20..120))).await;
             if !guard.valid() {
-                lost = true;
+                lost = Some(guard.deadline_left());
                 break;
             }
             self.log.write(hold);
         }
-        if lost {
+        if let Some(deadline_left) = lost {
             self.log.end(hold, "reported lost");
-            if kind != Kind::RwRead {
-                self.check_false_loss(kind, &mark).await;
+            if let Some(left) = deadline_left
+                && left > FALSE_LOSS_MARGIN
+            {
+                self.check_false_loss(kind, &mark, left).await;
             }
         } else {
             self.log.end(hold, "released");
@@ -390,17 +404,18 @@ impl Client {
         ));
     }
 
-    /// A guard said lost: does the server still hold the lease with time left?
-    async fn check_false_loss(&self, kind: Kind, mark: &str) {
+    /// A guard said lost before its local deadline: does the server still hold the lease? Then
+    /// neither a definite answer nor the deadline made it lost.
+    async fn check_false_loss(&self, kind: Kind, mark: &str, deadline_left: Duration) {
         let remaining = match remaining_on_server(&self.direct, kind, mark).await {
             Ok(remaining) => remaining,
             Err(_) => return, // cannot tell (the server is down or paused)
         };
         if let Some(left) = remaining
-            && left > FALSE_LOSS_MARGIN
+            && !left.is_zero()
         {
             let text = format!(
-                "client {}: {} reported lost while the server held it for {left:?} more",
+                "client {}: {} reported lost {deadline_left:?} before its local deadline, while                  the server held it for {left:?} more",
                 self.id,
                 kind.name()
             );

@@ -415,7 +415,8 @@ impl Client {
             && !left.is_zero()
         {
             let text = format!(
-                "client {}: {} reported lost {deadline_left:?} before its local deadline, while                  the server held it for {left:?} more",
+                "client {}: {} reported lost {deadline_left:?} before its local deadline, while the \
+                 server held it for {left:?} more",
                 self.id,
                 kind.name()
             );

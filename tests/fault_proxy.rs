@@ -355,3 +355,31 @@ fn dropping_the_proxy_closes_its_connections() {
         "no longer listening"
     );
 }
+
+#[tokio::test]
+async fn drop_replies_matching_picks_commands_and_heal_cancels_pending_drops() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut sock = raw(&proxy);
+    proxy.drop_replies_matching(Which::All, b"needle", 1);
+    sock.write_all(b"SET plain 1\r\n").unwrap();
+    assert_eq!(
+        read_until(&mut sock, b"+OK\r\n"),
+        b"+OK\r\n",
+        "not matching: answered"
+    );
+    sock.write_all(b"SET haystack-needle 2\r\n").unwrap();
+    assert_eq!(read_some(&mut sock).unwrap(), b"", "matching: dropped");
+    assert_eq!(server.cli(&["GET", "haystack-needle"]), "2");
+
+    let mut other = raw(&proxy);
+    proxy.drop_replies(Which::All, 5);
+    proxy.heal(Which::All);
+    other.write_all(b"PING\r\n").unwrap();
+    assert_eq!(
+        read_until(&mut other, b"+PONG\r\n"),
+        b"+PONG\r\n",
+        "heal ended the drops"
+    );
+    assert_eq!(proxy.faults().get("drop_reply"), Some(&1));
+}

@@ -288,13 +288,14 @@ impl<S: Store, M> WriteGuard<S, M> {
     /// - [`ErrorKind::InvalidInput`] when the owner holds the write lock more than once (nested
     ///   guards): downgrading would change the outer holds too. This guard's level is given up.
     /// - [`ErrorKind::LeaseLost`] when the write lease is gone; store errors. The hold is given
-    ///   up then.
+    ///   up then. The downgrade is safe to repeat and is retried once after a timeout or a
+    ///   dropped connection; when it still gets no answer, the server may hold either the write
+    ///   lease or the new reader, and the background release gives back both.
     ///
     /// # Cancel safety
     ///
-    /// If dropped midway, the hold is given back in the background. When the server had
-    /// already downgraded, the reader it added cannot be matched any more and expires with its
-    /// lease (the watchdog is stopped).
+    /// If dropped midway, the hold is given back in the background: the write lease, or the
+    /// reader the server already added, whichever it holds.
     pub async fn downgrade(mut self) -> Result<ReadGuard<S, M>> {
         let slot = self.slot.clone();
         if slot.depth() != 1 {

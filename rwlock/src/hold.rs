@@ -26,6 +26,10 @@ pub(crate) struct Hold<S: Store> {
     name: String,
     ttl: Duration,
     cred: Mutex<Credential>,
+    /// The reader nonce of a downgrade whose outcome is unknown (no answer, or its caller went
+    /// away): the server may hold either the write lease or that reader, so a release gives
+    /// back both.
+    downgrading: Mutex<Option<String>>,
     /// The deadline of the credential in effect; its renewing lock is also held by a downgrade,
     /// so a release never races a credential that is about to change.
     live: Liveness,
@@ -45,6 +49,7 @@ impl<S: Store> Hold<S> {
             name: name.to_owned(),
             ttl,
             cred: Mutex::new(cred),
+            downgrading: Mutex::new(None),
             live: Liveness::new(Some(deadline)),
         });
         let handle = tairlock::blocking::spawn_handle(hold.rw.store().runtime())
@@ -127,7 +132,8 @@ impl<S: Store> Hold<S> {
         }
     }
 
-    /// Stop renewing and give the lease back.
+    /// Stop renewing and give the lease back (and the reader of a downgrade whose outcome is
+    /// unknown).
     pub(crate) async fn release(&self) -> Result<Release> {
         self.live.stop_watchdog().await;
         {
@@ -157,6 +163,18 @@ impl<S: Store> Hold<S> {
                     })
             }
         };
+        let downgrading = self.downgrading.lock().take();
+        let outcome = match downgrading {
+            None => outcome,
+            Some(nonce) => {
+                let reader = self.rw.read_release(&self.name, &nonce).await;
+                match (outcome, reader) {
+                    (Ok(Release::Released), _) | (_, Ok(true)) => Ok(Release::Released),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                    (Ok(release), Ok(false)) => Ok(release),
+                }
+            }
+        };
         self.live.mark_lost();
         outcome
     }
@@ -172,11 +190,17 @@ impl<S: Store> Hold<S> {
             ));
         };
         let nonce = tairlock::new_nonce();
-        match self
+        // Until the answer settles it, the server may hold the write lease or the new reader;
+        // if this future is dropped or gets no answer, the release gives back both.
+        *self.downgrading.lock() = Some(nonce.clone());
+        let outcome = self
             .rw
             .downgrade_lease(&self.name, &lease, &nonce, self.ttl)
-            .await?
-        {
+            .await;
+        if !matches!(&outcome, Err(e) if e.is_unanswered()) {
+            *self.downgrading.lock() = None;
+        }
+        match outcome? {
             Some(read) => {
                 *self.cred.lock() = Credential::Read(nonce);
                 self.live.set_deadline(Some(read.deadline()));

@@ -710,6 +710,10 @@ impl<S: Store> RwLock<S> {
     /// `read_lease`, atomically (no writer can slip in between); waiting readers are notified.
     /// `None` when the write lease is gone.
     ///
+    /// Safe to repeat with the same `nonce`: once the downgrade happened, a repeat finds its
+    /// reader and answers the same (with the reader's expiry), so a call that got no answer (a
+    /// timeout or a dropped connection) is repeated here once more than other single steps.
+    ///
     /// # Errors
     ///
     /// As [`read_acquire`](Self::read_acquire).
@@ -723,19 +727,18 @@ impl<S: Store> RwLock<S> {
         let keys = self.keys(name)?;
         let lease_ms = tairlock::ttl_ms(read_lease)?;
         let sent = Instant::now();
-        let reply = self
-            .eval(
-                &DOWNGRADE,
-                &[keys.writer, keys.readers],
-                &[
-                    lease.value().to_owned(),
-                    nonce.to_owned(),
-                    lease_ms.to_string(),
-                    keys.channel,
-                    self.publish_command(),
-                ],
-            )
-            .await?;
+        let script_keys = [keys.writer, keys.readers];
+        let args = [
+            lease.value().to_owned(),
+            nonce.to_owned(),
+            lease_ms.to_string(),
+            keys.channel,
+            self.publish_command(),
+        ];
+        let reply = match self.eval(&DOWNGRADE, &script_keys, &args).await {
+            Err(e) if e.is_unanswered() => self.eval(&DOWNGRADE, &script_keys, &args).await,
+            other => other,
+        }?;
         let items = array(&reply, &DOWNGRADE)?;
         match int_at(items, 0) {
             Some(1) => Ok(Some(ReadLease {

@@ -7,7 +7,9 @@
 -- Returns
 --   {1, lease}         taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by server time.
 --                      Also returned when this nonce already holds the lock (a retried call whose
---                      first reply was lost), so the call is safe to repeat.
+--                      first reply was lost), so the call is safe to repeat; the repeat
+--                      re-applies the key's expiry, a write, so that a WAIT after it counts
+--                      the replicas that have the grant.
 --   {0, holder, pttl}  held by another lease for pttl more ms
 --   error WRONGTYPE / NOTLOCK when either key holds data that is not ours; nothing is written.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -34,6 +36,13 @@ if cur then
   end
   local mine = ':' .. ARGV[2]
   if string.sub(cur, -#mine) == mine then
+    -- A repeat whose first reply was lost: touch the key (same expiry) so that this
+    -- connection has written, and a WAIT pipelined after it counts only replicas that have
+    -- the grant (a WAIT after no write counts every connected replica at once).
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl > 0 then
+      redis.call('PEXPIRE', KEYS[1], pttl)
+    end
     return {1, cur}
   end
   return {0, cur, redis.call('PTTL', KEYS[1])}

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, format_lease, not_a_lease, now_us, read_fence, string_or_none};
+use super::{LEASE_PREFIX, format_lease, not_a_lease, now_us, read_fence, string_or_none, touch};
 use crate::script::{Reply, Script, int_arg};
 use crate::store::memory::{CommandResult, Db};
 
@@ -21,6 +21,8 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         }
         let mine = format!(":{nonce}");
         if cur.ends_with(mine.as_bytes()) {
+            // A repeat: re-apply the expiry, a write WAIT can count (as the Lua does).
+            touch(db, lock);
             return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
         }
         let pttl = db.pttl(lock);

@@ -93,6 +93,16 @@ pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
     fence_token(&raw).map(Some).ok_or_else(not_a_fence)
 }
 
+/// A repeat's write: `PEXPIRE key (PTTL key)` when the key expires, keeping its expiry. A
+/// script that found its own earlier write in place makes one, so that a `WAIT` pipelined after
+/// it waits for replicas that have that write.
+pub(crate) fn touch(db: &mut Db, key: &str) {
+    let pttl = db.pttl(key);
+    if pttl > 0 {
+        db.pexpire(key, std::time::Duration::from_millis(pttl as u64));
+    }
+}
+
 /// Microseconds since the epoch, by the store's (frozen) clock.
 pub(crate) fn now_us(db: &Db) -> u64 {
     let (secs, micros) = db.time();

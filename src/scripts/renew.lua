@@ -5,7 +5,8 @@
 --   ARGV[2]  new lease length in ms (> 0), from now by server time
 --   ARGV[3]  new nonce
 --   ARGV[4]  how long the fence state outlives the lease, in ms
--- Returns {1, new lease} (also when this new nonce already holds it: a retried renewal),
+-- Returns {1, new lease} (also when this new nonce already holds it: a retried renewal, which
+--         re-applies the key's expiry so that a WAIT after it counts the renewal),
 --         {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -33,6 +34,13 @@ end
 if cur ~= ARGV[1] then
   local mine = ':' .. ARGV[3]
   if string.sub(cur, -#mine) == mine then
+    -- A repeat whose first reply was lost: touch the key (same expiry) so that this
+    -- connection has written, and a WAIT pipelined after it counts only replicas that have
+    -- the grant (a WAIT after no write counts every connected replica at once).
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl > 0 then
+      redis.call('PEXPIRE', KEYS[1], pttl)
+    end
     return {1, cur}
   end
   return {0}

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::{
-    LEASE_PREFIX, all_digits, fence_token, not_a_fence, not_a_lease, now_us, string_or_none,
+    LEASE_PREFIX, all_digits, fence_token, not_a_fence, not_a_lease, now_us, string_or_none, touch,
 };
 use crate::script::{Reply, Script, int_arg};
 use crate::store::memory::{CommandResult, Db};
@@ -29,6 +29,8 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     if cur != args[0].as_bytes() {
         let mine = format!(":{}", args[2]);
         if cur.ends_with(mine.as_bytes()) {
+            // A repeat: re-apply the expiry, a write WAIT can count (as the Lua does).
+            touch(db, lock);
             return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
         }
         return Ok(Reply::Array(vec![Reply::Int(0)]));

@@ -323,7 +323,9 @@ impl super::ReplicaStore for ClusterStore {
         }
         // One pipeline, routed as a whole to the master of its first keyed command: the script
         // and the WAIT that follows it run on the same node connection, so WAIT counts the
-        // replicas that have the script's writes.
+        // replicas that have the script's writes. After an I/O error the cluster client resends
+        // the whole pipeline on a new connection; a repeated acquire or renewal then writes
+        // (it re-applies the key's expiry), so that WAIT too waits for the grant.
         let pipe = super::wait_pipeline(script, keys, args, &wait);
         let mut con = self.blocking_con.clone();
         super::run_wait_pipeline(&mut con, pipe, &wait).await

@@ -78,9 +78,14 @@ pub trait ReplicaStore: Store {
     /// the connection to the master of `keys` (so `WAIT` counts this script's writes, and any
     /// earlier ones of that connection).
     ///
-    /// Repeating a call after a dropped connection needs care: a repeated lock script that
-    /// finds its own earlier write in place writes nothing, and the `WAIT` on the new
-    /// connection then counts none of that write.
+    /// A call may be repeated after a dropped connection, by the caller or by the cluster
+    /// client (which resends the pipeline on a new connection): a repeated acquire or renewal
+    /// that finds its own earlier write in place re-applies the key's expiry, a write of the
+    /// new connection's own that follows the earlier one in the replication stream, so the
+    /// repeat's `WAIT` counts only replicas that have it. (Redis 7.0 also sets a connection's
+    /// `WAIT` offset to the master's current one after any script; servers where a script that
+    /// writes nothing leaves it alone would otherwise answer the repeat's `WAIT` at once with
+    /// every connected replica.)
     ///
     /// # Errors
     ///

@@ -137,7 +137,8 @@ struct State {
     conns: Vec<ConnState>,
     latency: Vec<(Which, Duration)>,
     holes: Vec<Which>,
-    drops: Vec<(Which, usize)>,
+    /// (which, how many more, only commands with an argument containing these bytes)
+    drops: Vec<(Which, usize, Option<Vec<u8>>)>,
     stall: bool,
     faults: BTreeMap<&'static str, u64>,
 }
@@ -162,16 +163,20 @@ impl State {
         self.holes.iter().any(|w| w.matches(i, pubsub))
     }
 
-    /// Whether the next command of connection `i` has its reply dropped (uses up one).
-    fn take_drop(&mut self, i: usize) -> bool {
+    /// Whether this command of connection `i` has its reply dropped (uses up one).
+    fn take_drop(&mut self, i: usize, args: &[Vec<u8>]) -> bool {
         let pubsub = self.conns[i].pubsub;
-        let hit = self
-            .drops
-            .iter_mut()
-            .find(|(w, n)| *n > 0 && w.matches(i, pubsub));
-        let Some((_, n)) = hit else { return false };
+        let hit = self.drops.iter_mut().find(|(w, n, needle)| {
+            *n > 0
+                && w.matches(i, pubsub)
+                && needle.as_ref().is_none_or(|needle| {
+                    args.iter()
+                        .any(|a| a.windows(needle.len()).any(|w| w == needle.as_slice()))
+                })
+        });
+        let Some((_, n, _)) = hit else { return false };
         *n -= 1;
-        self.drops.retain(|(_, n)| *n > 0);
+        self.drops.retain(|(_, n, _)| *n > 0);
         true
     }
 
@@ -259,7 +264,7 @@ impl State {
             if replies == 0 {
                 continue;
             }
-            let drop = self.take_drop(i);
+            let drop = self.take_drop(i, &parsed.args);
             self.conns[i].expected.push_back(Expect {
                 replies,
                 drop,
@@ -497,7 +502,18 @@ impl Proxy {
     pub fn drop_replies(&self, which: Which, n: usize) {
         if n > 0 {
             let mut state = self.shared.lock();
-            state.drops.push((which, n));
+            state.drops.push((which, n, None));
+            state.count("drop_replies", 1);
+        }
+    }
+
+    /// [`drop_replies`](Self::drop_replies) for the next `n` commands one of whose arguments
+    /// contains `needle` (e.g. a script's SHA1: every `EVALSHA` of that script); other commands
+    /// pass.
+    pub fn drop_replies_matching(&self, which: Which, needle: &[u8], n: usize) {
+        if n > 0 && !needle.is_empty() {
+            let mut state = self.shared.lock();
+            state.drops.push((which, n, Some(needle.to_vec())));
             state.count("drop_replies", 1);
         }
     }
@@ -520,9 +536,9 @@ impl Proxy {
         state.count("black_hole", 1);
     }
 
-    /// End the black holes and latencies set for `which` (for a class: also those set for its
-    /// members by [`Which::Nth`]; `Which::All` ends every one). Held bytes are discarded, so a
-    /// connection that lost bytes to a black hole is reset.
+    /// End the black holes, latencies and pending reply drops set for `which` (for a class:
+    /// also those set for its members by [`Which::Nth`]; `Which::All` ends every one). Held
+    /// bytes are discarded, so a connection that lost bytes to a black hole is reset.
     pub fn heal(&self, which: Which) {
         let mut state = self.shared.lock();
         let state = &mut *state;
@@ -535,6 +551,11 @@ impl Proxy {
         state.holes = holes
             .into_iter()
             .filter(|w| !which.covers(*w, state))
+            .collect();
+        let drops: Vec<_> = std::mem::take(&mut state.drops);
+        state.drops = drops
+            .into_iter()
+            .filter(|(w, _, _)| !which.covers(*w, state))
             .collect();
         for i in 0..state.conns.len() {
             if state.conns[i].discarded && !state.holed(i) {

@@ -7,7 +7,9 @@
 --   ARGV[3]  the read lease in ms (> 0)
 --   ARGV[4]  the lock's release channel (waiting readers may enter now)
 --   ARGV[5]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
--- Returns {1, expiry ms, live readers} downgraded, {0} held by another lease, {-1} not held.
+-- Returns {1, expiry ms, live readers} downgraded (also when the write lease is gone because
+-- this very downgrade happened already and its reader is still live: a retried call whose
+-- first reply was lost), {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 local wt = redis.call('TYPE', KEYS[1])['ok']
 if wt ~= 'none' and wt ~= 'string' then
@@ -17,18 +19,29 @@ local rt = redis.call('TYPE', KEYS[2])['ok']
 if rt ~= 'none' and rt ~= 'zset' then
   return redis.error_reply('WRONGTYPE readers key holds a ' .. rt)
 end
-if wt == 'none' then
-  return {-1}
-end
-local writer = redis.call('GET', KEYS[1])
-if string.sub(writer, 1, 4) ~= 'tl1:' then
-  return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
-end
-if writer ~= ARGV[1] then
-  return {0}
+local writer = false
+if wt == 'string' then
+  writer = redis.call('GET', KEYS[1])
+  if string.sub(writer, 1, 4) ~= 'tl1:' then
+    return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if writer ~= ARGV[1] then
+  -- Done already? The reader this downgrade adds is in, live (read-only: nothing is reaped).
+  if rt == 'zset' then
+    local mine = redis.call('ZSCORE', KEYS[2], ARGV[2])
+    if mine and tonumber(mine) >= now then
+      local live = redis.call('ZCOUNT', KEYS[2], string.format('%d', now), '+inf')
+      return {1, tonumber(mine), live}
+    end
+  end
+  if writer then
+    return {0}
+  end
+  return {-1}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%d', now))
 local lease = tonumber(ARGV[3])
 local expiry = now + lease

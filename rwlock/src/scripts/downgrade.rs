@@ -4,21 +4,32 @@ use tairlock::{Reply, Script};
 
 use super::{add_reader, now_ms, reap, typed, writer_lease};
 
-/// Turn a held write lock into a read lock in one step. Lua: `downgrade.lua`.
+/// Turn a held write lock into a read lock in one step; a repeat after it happened answers the
+/// same. Lua: `downgrade.lua`.
 pub static DOWNGRADE: Script = Script::new("rw_downgrade", include_str!("downgrade.lua"), native);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let (w, r) = (&keys[0], &keys[1]);
-    let held = typed(db, w, "string", "writer")?;
-    typed(db, r, "zset", "readers")?;
-    if !held {
-        return Ok(Reply::Array(vec![Reply::Int(-1)]));
-    }
-    let writer = writer_lease(db, w)?.unwrap_or_default();
-    if writer != args[0].as_bytes() {
-        return Ok(Reply::Array(vec![Reply::Int(0)]));
-    }
+    typed(db, w, "string", "writer")?;
+    let readers = typed(db, r, "zset", "readers")?;
+    let writer = writer_lease(db, w)?;
     let now = now_ms(db);
+    if writer.as_deref() != Some(args[0].as_bytes()) {
+        // Done already? The reader this downgrade adds is in, live (nothing is reaped).
+        if readers
+            && let Some(mine) = db.zscore(r, args[1].as_bytes())?
+            && mine >= now as f64
+        {
+            let live = db.zrange_by_score(r, now as f64, f64::INFINITY)?.len();
+            return Ok(Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Int(mine as i64),
+                Reply::Int(live as i64),
+            ]));
+        }
+        let code = if writer.is_some() { 0 } else { -1 };
+        return Ok(Reply::Array(vec![Reply::Int(code)]));
+    }
     reap(db, r, now)?;
     let lease = int_arg(args, 2)? as u64;
     let expiry = now + lease;

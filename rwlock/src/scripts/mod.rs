@@ -8,7 +8,7 @@
 //! | [`READ_RELEASE`] | r | nonce, channel, [publish cmd] | `1` / `-1` |
 //! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry}` / `{-1}` |
 //! | [`WRITE_ABANDON`] | w, wi | nonce, channel, [publish cmd] | keys deleted |
-//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers}` / `{0}` / `{-1}` |
+//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers}` (also a repeat after it happened) / `{0}` / `{-1}` |
 //! | [`INSPECT`] | w, r, wi, fence | | snapshot (read-only) |
 //! | [`COUNT`] | w, r, wi | | `{readers, writer pttl, intent pttl}` (read-only) |
 //! | core [`EXPIRE_UNLOCK`](tairlock::scripts::EXPIRE_UNLOCK) | w | lease, channel, [publish cmd] | `1` / `0` / `-1` (write release) |

@@ -26,6 +26,7 @@ use crate::script::{Reply, Script};
 pub mod cluster;
 mod commands;
 pub mod memory;
+mod native;
 pub mod redis;
 
 pub use self::cluster::{ClusterOptions, ClusterStore};
@@ -264,6 +265,20 @@ pub trait Store: Clone + Send + Sync + 'static {
         keys: &[String],
         args: &[String],
     ) -> impl Future<Output = Result<Reply>> + Send;
+
+    /// Release an expire lease: [`EXPIRE_UNLOCK`](crate::scripts::EXPIRE_UNLOCK)'s `KEYS` and
+    /// `ARGV` (lock key; lease, release channel, publish command) and exactly its outcomes (`1`
+    /// released, `0` held by another lease, `-1` not held, a `WRONGTYPE`/`NOTLOCK` error for a key
+    /// that is not a lock, nothing deleted). By default the script; [`RedisStore`] uses the
+    /// server's `DELIFEQ` where it has one (Valkey 9+), in one round trip as well. A wrapper store
+    /// may delegate this or leave the default.
+    fn compare_and_delete(
+        &self,
+        keys: &[String],
+        args: &[String],
+    ) -> impl Future<Output = Result<Reply>> + Send {
+        self.eval(&crate::scripts::EXPIRE_UNLOCK, keys, args)
+    }
 
     /// How releases on this store are announced and heard: the releasing scripts announce
     /// with [`PubSub::publish_command`](crate::notify::PubSub::publish_command) of this, and

@@ -387,8 +387,8 @@ impl<S: Store> ExpireLock<S> {
     /// Delete the lock `name` only if it holds exactly `lease`.
     ///
     /// One round trip: the [`EXPIRE_UNLOCK`] script, or on a server with `DELIFEQ` (Valkey 9+)
-    /// that command in a transaction, with the same outcomes (see
-    /// [`Store::compare_and_delete`]). Safe to repeat: a retried unlock reports
+    /// that command, with the same outcomes (see [`Store::compare_and_delete`]; a release that
+    /// finds the lock not held by `lease` costs a second round trip there). Safe to repeat: a retried unlock reports
     /// [`Unlock::NotHeld`] and deletes nothing. An expired holder can never delete a later
     /// holder's lock.
     ///

@@ -269,9 +269,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Release an expire lease: [`EXPIRE_UNLOCK`](crate::scripts::EXPIRE_UNLOCK)'s `KEYS` and
     /// `ARGV` (lock key; lease, release channel, publish command) and exactly its outcomes (`1`
     /// released, `0` held by another lease, `-1` not held, a `WRONGTYPE`/`NOTLOCK` error for a key
-    /// that is not a lock, nothing deleted). By default the script; [`RedisStore`] uses the
-    /// server's `DELIFEQ` where it has one (Valkey 9+), in one round trip as well. A wrapper store
-    /// may delegate this or leave the default.
+    /// that is not a lock, nothing deleted). By default the script; [`RedisStore`] sends the
+    /// server's `DELIFEQ` where it has one (Valkey 9+): one round trip for the release of a held
+    /// lease, and the script after it when `DELIFEQ` deleted nothing, to tell which outcome that
+    /// is. A wrapper store may delegate this or leave the default.
     fn compare_and_delete(
         &self,
         keys: &[String],

@@ -6,47 +6,46 @@
 //! Once per store handle (and its clones), before its first release: `COMMAND INFO DELIFEQ`.
 //! The server's own command table decides, never a version string (Valkey reports
 //! `redis_version:7.2.4`, and a server may rename or deny the command). A refused detection
-//! (`COMMAND` renamed away or denied by an ACL) or an unexpected reply means the script. When a
-//! native release is refused later (`EXECABORT`: the server no longer knows `DELIFEQ`, after a
-//! failover to an older server, or an ACL denies it or `MULTI`), nothing ran: the release is
-//! sent again as the script, and the store handle uses the script from then on.
+//! (`COMMAND` renamed away or denied by an ACL) or an unexpected reply means the script. When
+//! `DELIFEQ` is refused later (after a failover to a server without it, or an ACL that denies it:
+//! the refusal is answered before anything runs), that release is sent as the script, and the
+//! store handle uses the script from then on.
 //!
-//! # One round trip, the script's outcomes
+//! # One round trip for a release, the script's outcomes always
 //!
-//! `MULTI` / `DELIFEQ lock lease` / `GET lock` / `EXEC`, sent as one pipeline. The transaction is
-//! atomic, so `GET` sees the key exactly as `DELIFEQ` left it, and the script's outcome table
-//! follows from the two replies:
-//!
-//! | `DELIFEQ` | `GET` after it | outcome (as the script) |
-//! |---|---|---|
-//! | `1` | — | `1` released |
-//! | `0` | nil | `-1` not held |
-//! | `0` | a value starting `tl1:` | `0` held by another lease |
-//! | `0` | any other value | error `NOTLOCK`, nothing deleted |
-//! | `WRONGTYPE` | `WRONGTYPE` | error `WRONGTYPE`, nothing deleted |
+//! `DELIFEQ lock lease` alone. Its `1` is the script's `1`: our lease was there and is deleted,
+//! in one atomic step. Anything else — `0` (the key is absent, or holds another value) or an
+//! error reply (`WRONGTYPE`) — deleted nothing, and the [`EXPIRE_UNLOCK`] script is then sent
+//! to tell which of the script's outcomes it is: `-1` not held, `0` held by another lease, or
+//! the `WRONGTYPE`/`NOTLOCK` refusal with the script's own message. The reply is then exactly
+//! the script's, taken at the script's moment; the operation as a whole is a no-op followed by
+//! the script, so it is atomic at that moment. (Our lease cannot reappear in between: it
+//! carries a nonce that is never granted again once the lease has ended.) So a release of a held
+//! lock is one `DELIFEQ`; the rare releases that find something else cost a second round trip.
 //!
 //! The refusal to touch a user's data is structural: `DELIFEQ` deletes only a string equal to
-//! the lease, and a lease always starts with `tl1:`, so a value that is not a lease can never
-//! match, and a key of another type is refused by `DELIFEQ` itself (`WRONGTYPE`).
+//! the lease, and a lease always starts with `tl1:`, so a value that is not a lease never
+//! matches, and `DELIFEQ` itself refuses a key of another type (`WRONGTYPE`); the script that
+//! follows refuses the same keys, as it always does.
 //!
 //! # The announcement
 //!
-//! The script publishes on the release channel only when it deleted, in the same atomic step. A
-//! transaction cannot make a command conditional, so here the announcement is a separate
-//! command (`SPUBLISH`, else `PUBLISH`, as the script) sent on the same connection right after a
-//! `1`, without waiting for its reply: the caller still waits one round trip. As with the
-//! script's `pcall`, the announcement never fails the release; if it is lost (the connection
-//! drops in between, or the user may not publish), waiters fall back to their timed retries,
-//! which the holder's remaining time bounds. A waiter hears the release a moment after the key is
-//! gone, never before.
+//! The script publishes on the release channel only when it deleted, in the same atomic step.
+//! `DELIFEQ` cannot publish, so here the announcement is a separate command (`SPUBLISH`, else
+//! `PUBLISH`, as the script) sent on the same connection right after a `1`, without waiting for
+//! its reply: the caller still waits one round trip. As with the script's `pcall`, the
+//! announcement never fails the release; if it is lost (the connection drops in between, or the
+//! user may not publish), waiters fall back to their timed retries, which the holder's remaining
+//! time bounds. A waiter hears the release a moment after the key is gone, never before.
+//!
+//! [`EXPIRE_UNLOCK`]: crate::scripts::EXPIRE_UNLOCK
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use redis::aio::ConnectionLike;
 
-use crate::error::{Error, Result};
-use crate::script::Reply;
+use crate::error::Error;
 
 // 0: not asked yet.
 const NATIVE: u8 = 1;
@@ -105,16 +104,19 @@ async fn detect<C: ConnectionLike + Send>(con: &mut C) -> Option<bool> {
 
 /// What a native release came to.
 pub(crate) enum Released {
-    /// The script's reply (or its error): the release is decided.
-    Decided(Result<Reply>),
-    /// The server refused the transaction before running any of it: send the script instead.
-    Refused,
+    /// `DELIFEQ` deleted our lease: the script's `1`.
+    Released,
+    /// Nothing was deleted; the script must tell which outcome it is.
+    Script,
+    /// No answer came: `DELIFEQ` may or may not have run.
+    Unanswered(Error),
 }
 
 /// Run one native release of `lease` on `lock` (see the [module docs](self)), and announce it
 /// on `channel` (with `publish`, `PUBLISH` or `SPUBLISH`) when it released. `spawn` sends the
 /// announcement without waiting for it.
 pub(crate) async fn release<C>(
+    native: &Native,
     con: &mut C,
     lock: &str,
     lease: &str,
@@ -125,29 +127,13 @@ pub(crate) async fn release<C>(
 where
     C: ConnectionLike + Clone + Send + 'static,
 {
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .ignore_errors()
-        .cmd("DELIFEQ")
+    let reply: redis::RedisResult<i64> = redis::cmd("DELIFEQ")
         .arg(lock)
         .arg(lease)
-        .cmd("GET")
-        .arg(lock);
-    let reply: redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> =
-        pipe.query_async(con).await;
-    let refused = |e: &redis::RedisError| {
-        // MULTI or a queued command refused (unknown command, NOPERM): EXEC aborted, nothing ran.
-        matches!(e.code(), Some("EXECABORT") | Some("NOPERM"))
-            || e.to_string().contains("EXECABORT")
-    };
-    let items = match reply {
-        Ok(items) => items,
-        Err(e) if refused(&e) => return Released::Refused,
-        Err(e) => return Released::Decided(Err(e.into())),
-    };
-    let outcome = match (items.first(), items.get(1)) {
-        (Some(Err(e)), _) if refused(e) => return Released::Refused,
-        (Some(Ok(redis::Value::Int(1))), _) => {
+        .query_async(con)
+        .await;
+    match reply {
+        Ok(1) => {
             if let Some(channel) = channel {
                 let mut con = con.clone();
                 let channel = channel.to_owned();
@@ -156,27 +142,22 @@ where
                     announce(&mut con, &channel, sharded).await
                 }));
             }
-            Ok(Reply::Int(1))
+            Released::Released
         }
-        (Some(Ok(redis::Value::Int(0))), Some(Ok(redis::Value::Nil))) => Ok(Reply::Int(-1)),
-        (Some(Ok(redis::Value::Int(0))), Some(Ok(redis::Value::BulkString(value)))) => {
-            if value.starts_with(b"tl1:") {
-                Ok(Reply::Int(0))
-            } else {
-                Err(Error::from_reply(
-                    "NOTLOCK",
-                    "lock key holds a value that is not a tairlock lease",
-                ))
+        Ok(_) => Released::Script,
+        Err(e) => {
+            let error = Error::from(e);
+            if error.is_unanswered() {
+                return Released::Unanswered(error);
             }
+            // Refused before it ran: an unknown command (no longer the server detected) or
+            // denied by an ACL. Not `WRONGTYPE`: that is a key's answer, not the server's.
+            if error.code() != Some("WRONGTYPE") {
+                native.refused();
+            }
+            Released::Script
         }
-        (Some(Err(e)), _) if e.code() == Some("WRONGTYPE") => Err(Error::from_reply(
-            "WRONGTYPE",
-            "lock key holds a value that is not a string",
-        )),
-        (Some(Err(e)), _) => Err(e.clone().into()),
-        _ => Err(unexpected(&items)),
-    };
-    Released::Decided(outcome)
+    }
 }
 
 /// The release announcement: `SPUBLISH` (falling back to `PUBLISH` when refused, as the script)
@@ -197,11 +178,4 @@ async fn announce<C: ConnectionLike + Send>(con: &mut C, channel: &str, sharded:
         .arg("released")
         .query_async(con)
         .await;
-}
-
-fn unexpected(replies: &[redis::RedisResult<redis::Value>]) -> Error {
-    Error::new(
-        crate::ErrorKind::Server,
-        format!("unexpected reply to the native release (MULTI/DELIFEQ/GET/EXEC): {replies:?}"),
-    )
 }

@@ -233,6 +233,7 @@ impl Store for RedisStore {
         {
             let runtime = self.runtime.clone();
             let released = super::native::release(
+                &self.native,
                 &mut con,
                 lock,
                 lease,
@@ -242,8 +243,9 @@ impl Store for RedisStore {
             )
             .await;
             match released {
-                super::native::Released::Decided(outcome) => return outcome,
-                super::native::Released::Refused => self.native.refused(),
+                super::native::Released::Released => return Ok(Reply::Int(1)),
+                super::native::Released::Unanswered(e) => return Err(e),
+                super::native::Released::Script => {}
             }
         }
         self.eval(&crate::scripts::EXPIRE_UNLOCK, keys, args).await

@@ -242,7 +242,8 @@ impl RedisServer {
         }
     }
 
-    /// Run one command on a fresh blocking connection and render the reply the way
+    /// Run one command on a fresh blocking connection (one that sends nothing else) and render
+    /// the reply the way
     /// `redis-cli -p PORT args...` prints it when its output is not a terminal (its "raw" mode),
     /// without the final newline: bulk and status replies as text, integers in decimal, nil as an
     /// empty string, arrays one element per line (nested arrays flattened), and an error reply as
@@ -251,7 +252,17 @@ impl RedisServer {
     /// Panics (with the server log) if the server cannot be reached.
     pub fn cli(&self, args: &[&str]) -> String {
         assert!(!args.is_empty(), "cli needs a command");
-        let client = self.check(redis::Client::open(self.url()), "bad redis url");
+        // Without the client library's `CLIENT SETINFO` on connect: Redis 7.2+ and Valkey count
+        // it in `INFO commandstats`, which tests read through here.
+        let info = self.check(
+            redis::IntoConnectionInfo::into_connection_info(self.url()),
+            "bad redis url",
+        );
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = self.check(
+            redis::Client::open(info.set_redis_settings(settings)),
+            "bad redis url",
+        );
         let mut con = self.check(
             client.get_connection_with_timeout(Duration::from_secs(5)),
             &format!("cli {args:?}: cannot connect to {}", self.url()),

@@ -103,9 +103,9 @@ async fn detect<C: ConnectionLike + Send>(con: &mut C) -> Option<bool> {
 }
 
 /// What a native release came to.
-pub(crate) enum Released {
+pub(crate) enum Outcome {
     /// `DELIFEQ` deleted our lease: the script's `1`.
-    Released,
+    Deleted,
     /// Nothing was deleted; the script must tell which outcome it is.
     Script,
     /// No answer came: `DELIFEQ` may or may not have run.
@@ -123,7 +123,7 @@ pub(crate) async fn release<C>(
     channel: Option<&str>,
     publish: Option<&str>,
     spawn: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
-) -> Released
+) -> Outcome
 where
     C: ConnectionLike + Clone + Send + 'static,
 {
@@ -142,20 +142,20 @@ where
                     announce(&mut con, &channel, sharded).await
                 }));
             }
-            Released::Released
+            Outcome::Deleted
         }
-        Ok(_) => Released::Script,
+        Ok(_) => Outcome::Script,
         Err(e) => {
             let error = Error::from(e);
             if error.is_unanswered() {
-                return Released::Unanswered(error);
+                return Outcome::Unanswered(error);
             }
             // Refused before it ran: an unknown command (no longer the server detected) or
             // denied by an ACL. Not `WRONGTYPE`: that is a key's answer, not the server's.
             if error.code() != Some("WRONGTYPE") {
                 native.refused();
             }
-            Released::Script
+            Outcome::Script
         }
     }
 }

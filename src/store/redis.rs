@@ -243,9 +243,9 @@ impl Store for RedisStore {
             )
             .await;
             match released {
-                super::native::Released::Released => return Ok(Reply::Int(1)),
-                super::native::Released::Unanswered(e) => return Err(e),
-                super::native::Released::Script => {}
+                super::native::Outcome::Deleted => return Ok(Reply::Int(1)),
+                super::native::Outcome::Unanswered(e) => return Err(e),
+                super::native::Outcome::Script => {}
             }
         }
         self.eval(&crate::scripts::EXPIRE_UNLOCK, keys, args).await

@@ -188,8 +188,9 @@ impl<S: Store> Store for Counted<S> {
         self.inner.eval(script, keys, args).await
     }
 
-    /// One round trip either way (a native release's announcement follows it unawaited and is
-    /// not counted).
+    /// Counted as one command: the script, or a `DELIFEQ` that found its lease (every release
+    /// here does; one that does not is followed by the script, uncounted, and a native
+    /// release's announcement follows it unawaited, uncounted too).
     async fn compare_and_delete(
         &self,
         keys: &[String],

@@ -6,7 +6,7 @@
 //!
 //! | store | where | time | scripts |
 //! |---|---|---|---|
-//! | [`RedisStore`] | a Redis or Valkey server | the server's `TIME` | `EVALSHA`, reloaded on `NOSCRIPT` |
+//! | [`RedisStore`] | a Redis or Valkey server | the server's `TIME` | `EVALSHA`, reloaded on `NOSCRIPT`; releases by `DELIFEQ` where the server has it ([`Store::compare_and_delete`]) |
 //! | [`ClusterStore`] | a Redis Cluster | each key's master's `TIME` | `EVALSHA`, routed by the first key |
 //! | [`MemoryStore`] | this process | an injected [`Clock`](crate::clock::Clock) | the native body, under one mutex |
 //!

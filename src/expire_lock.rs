@@ -386,8 +386,11 @@ pub(crate) fn decode_acquire(
 impl<S: Store> ExpireLock<S> {
     /// Delete the lock `name` only if it holds exactly `lease`.
     ///
-    /// One round trip. Safe to repeat: a retried unlock reports [`Unlock::NotHeld`] and deletes
-    /// nothing. An expired holder can never delete a later holder's lock.
+    /// One round trip: the [`EXPIRE_UNLOCK`] script, or on a server with `DELIFEQ` (Valkey 9+)
+    /// that command, with the same outcomes (see [`Store::compare_and_delete`]; a release that
+    /// finds the lock not held by `lease` costs a second round trip there). Safe to repeat: a retried unlock reports
+    /// [`Unlock::NotHeld`] and deletes nothing. An expired holder can never delete a later
+    /// holder's lock.
     ///
     /// # Errors
     ///
@@ -398,7 +401,12 @@ impl<S: Store> ExpireLock<S> {
     /// Dropping the future may or may not release the lock; the TTL frees it in any case.
     pub async fn expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
         let (keys, args) = self.unlock_request(name, lease)?;
-        let reply = self.eval_retrying(&EXPIRE_UNLOCK, &keys, &args).await?;
+        // The store's compare-and-delete: the script, or `DELIFEQ` where the server has it (see
+        // `Store::compare_and_delete`); either is safe to repeat after no answer.
+        let reply = match self.store.compare_and_delete(&keys, &args).await {
+            Err(e) if e.is_unanswered() => self.store.compare_and_delete(&keys, &args).await,
+            other => other,
+        }?;
         decode_unlock(&reply)
     }
 

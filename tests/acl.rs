@@ -56,6 +56,22 @@ fn readme_rules() -> Vec<String> {
     line.split_whitespace().map(str::to_owned).collect()
 }
 
+/// The README's additions for Redis 7.2+ and Valkey (`ACL SETUSER locker +…` lines), as
+/// commands.
+fn readme_additions() -> Vec<Vec<String>> {
+    let readme = include_str!("../README.md");
+    let section = readme
+        .split("## ACL rules for a lock user")
+        .nth(1)
+        .expect("the README has a section on ACL rules");
+    section
+        .lines()
+        .take_while(|l| !l.starts_with("## "))
+        .filter(|l| l.starts_with("ACL SETUSER locker +"))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
 /// Lock, release, force-unlock, `with_lock` and waiting on the core lock as the store's user;
 /// every release must succeed and report what it did.
 async fn core_locks_work<S: Store>(server: &RedisServer, holder: S, waiter: S) {
@@ -199,6 +215,18 @@ async fn the_readme_acl_rules_are_enough_for_every_lock_kind_with_notifications(
         "OK",
         "the README's rules: {args:?}"
     );
+    if server.is_valkey() {
+        let additions = readme_additions();
+        assert_eq!(additions.len(), 2, "the README's additions: {additions:?}");
+        for addition in additions {
+            let args: Vec<&str> = addition.iter().map(String::as_str).collect();
+            assert_eq!(
+                server.cli(&args).trim(),
+                "OK",
+                "the README's addition {args:?}"
+            );
+        }
+    }
     let user = &rules[2];
     let password = rules
         .iter()
@@ -228,8 +256,17 @@ async fn the_readme_acl_rules_are_enough_for_every_lock_kind_with_notifications(
         .collect();
     assert!(
         rejected.is_empty(),
-        "commands the rules refused: {rejected:?}"
+        "[{}] commands the rules refused: {rejected:?}",
+        server.label()
     );
+    if server.is_valkey() {
+        // With the additions, this user's releases are native.
+        assert!(
+            stat(&server, "delifeq", "calls") >= 1,
+            "[{}] the user never released with DELIFEQ",
+            server.label()
+        );
+    }
     // A user outside the prefix has nothing.
     let store = store_as(&server, user, password).await;
     let foreign = ExpireLock::with_options(

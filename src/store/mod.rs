@@ -6,7 +6,7 @@
 //!
 //! | store | where | time | scripts |
 //! |---|---|---|---|
-//! | [`RedisStore`] | a Redis or Valkey server | the server's `TIME` | `EVALSHA`, reloaded on `NOSCRIPT` |
+//! | [`RedisStore`] | a Redis or Valkey server | the server's `TIME` | `EVALSHA`, reloaded on `NOSCRIPT`; releases by `DELIFEQ` where the server has it ([`Store::compare_and_delete`]) |
 //! | [`ClusterStore`] | a Redis Cluster | each key's master's `TIME` | `EVALSHA`, routed by the first key |
 //! | [`MemoryStore`] | this process | an injected [`Clock`](crate::clock::Clock) | the native body, under one mutex |
 //!
@@ -26,6 +26,7 @@ use crate::script::{Reply, Script};
 pub mod cluster;
 mod commands;
 pub mod memory;
+mod native;
 pub mod redis;
 
 pub use self::cluster::{ClusterOptions, ClusterStore};
@@ -269,6 +270,21 @@ pub trait Store: Clone + Send + Sync + 'static {
         keys: &[String],
         args: &[String],
     ) -> impl Future<Output = Result<Reply>> + Send;
+
+    /// Release an expire lease: [`EXPIRE_UNLOCK`](crate::scripts::EXPIRE_UNLOCK)'s `KEYS` and
+    /// `ARGV` (lock key; lease, release channel, publish command) and exactly its outcomes (`1`
+    /// released, `0` held by another lease, `-1` not held, a `WRONGTYPE`/`NOTLOCK` error for a key
+    /// that is not a lock, nothing deleted). By default the script; [`RedisStore`] sends the
+    /// server's `DELIFEQ` where it has one (Valkey 9+): one round trip for the release of a held
+    /// lease, and the script after it when `DELIFEQ` deleted nothing, to tell which outcome that
+    /// is. A wrapper store may delegate this or leave the default.
+    fn compare_and_delete(
+        &self,
+        keys: &[String],
+        args: &[String],
+    ) -> impl Future<Output = Result<Reply>> + Send {
+        self.eval(&crate::scripts::EXPIRE_UNLOCK, keys, args)
+    }
 
     /// How releases on this store are announced and heard: the releasing scripts announce
     /// with [`PubSub::publish_command`](crate::notify::PubSub::publish_command) of this, and

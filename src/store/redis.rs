@@ -59,6 +59,8 @@ pub struct RedisStore {
     /// A second connection for `WAIT`, which blocks its connection; made on first use.
     wait_con: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
     options: RedisOptions,
+    /// Whether releases use `DELIFEQ` (see [`Store::compare_and_delete`]), detected once.
+    native: super::native::Native,
 }
 
 impl fmt::Debug for RedisStore {
@@ -108,6 +110,7 @@ impl RedisStore {
             notifier: Default::default(),
             wait_con: Default::default(),
             options,
+            native: Default::default(),
         })
     }
 
@@ -221,6 +224,31 @@ impl Store for RedisStore {
         let mut con = self.con.clone();
         let value: redis::Value = invocation.invoke_async(&mut con).await?;
         Ok(Reply::from(value))
+    }
+
+    async fn compare_and_delete(&self, keys: &[String], args: &[String]) -> Result<Reply> {
+        let mut con = self.con.clone();
+        if let (Some(lock), Some(lease)) = (keys.first(), args.first())
+            && self.native.delifeq(&mut con).await
+        {
+            let runtime = self.runtime.clone();
+            let released = super::native::release(
+                &self.native,
+                &mut con,
+                lock,
+                lease,
+                args.get(1).map(String::as_str),
+                args.get(2).map(String::as_str),
+                move |announce| drop(runtime.spawn(announce)),
+            )
+            .await;
+            match released {
+                super::native::Outcome::Deleted => return Ok(Reply::Int(1)),
+                super::native::Outcome::Unanswered(e) => return Err(e),
+                super::native::Outcome::Script => {}
+            }
+        }
+        self.eval(&crate::scripts::EXPIRE_UNLOCK, keys, args).await
     }
 
     async fn notifier(&self) -> Option<crate::notify::Notifier> {

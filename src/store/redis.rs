@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::tls::TlsOptions;
 use super::{ReplicaStore, Store, Ttl};
 use crate::error::{Error, Result};
 use crate::script::{Reply, Script};
@@ -33,6 +34,9 @@ pub struct RedisOptions {
     /// The longest pause between two reconnect attempts (they back off exponentially from
     /// 50 ms). With the defaults a dead server is reported in well under a second.
     pub reconnect_max_delay: Duration,
+    /// The CA and client certificate of a `rediss://` URL (see [`TlsOptions`]); giving any with
+    /// a `redis://` URL is an error.
+    pub tls: TlsOptions,
 }
 
 impl Default for RedisOptions {
@@ -42,6 +46,7 @@ impl Default for RedisOptions {
             connection_timeout: Duration::from_secs(2),
             reconnect_retries: 3,
             reconnect_max_delay: Duration::from_millis(400),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -70,13 +75,16 @@ impl fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connect to `url` (`redis://[user:pass@]host:port/db`, `rediss://` with a TLS feature of the
-    /// `redis` crate) with default options.
+    /// Connect to `url` (`redis://[user:pass@]host:port/db`, or `rediss://` for TLS with the
+    /// `tls` feature) with default options.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a malformed URL,
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a malformed URL (or a
+    /// `rediss://` one without the `tls` feature),
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached
+    /// or its TLS handshake fails (an untrusted certificate, a refused client certificate, a
+    /// `redis://` URL to a TLS port).
     pub async fn connect(url: &str) -> Result<Self> {
         RedisStore::connect_with(url, RedisOptions::default()).await
     }
@@ -85,30 +93,59 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// As [`connect`](Self::connect).
+    /// As [`connect`](Self::connect); also
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for TLS options with a
+    /// `redis://` URL.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::invalid(format!("bad redis url {url:?}: {e}")))?;
+        let client = super::tls::client(url, &options.tls)?;
+        RedisStore::from_client(client, options).await
+    }
+
+    /// Connect with a `redis::Client` the application built (its address, credentials, database,
+    /// protocol and TLS settings are used as they are; `options.tls` is ignored).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
+    pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
+        let url = describe(&client);
         let config = manager_config(&options);
         let con = ConnectionManager::new_with_config(client.clone(), config)
             .await
-            .map_err(|e| {
-                let e = Error::from(e);
-                Error::new(
-                    e.kind(),
-                    format!("cannot connect to {}: {}", redact(url), e.message()),
-                )
-            })?;
-        Ok(RedisStore {
+            .map_err(|e| connect_error(&url, e))?;
+        Ok(RedisStore::assemble(con, client, url, options))
+    }
+
+    /// Use a connection manager the application already has (its reconnect and timeout settings
+    /// stay its own), with the `redis::Client` it was made from: that client makes the store's
+    /// dedicated connections (release notifications, `WAIT`), with `options`' timeouts.
+    ///
+    /// Nothing is sent to the server.
+    pub fn from_manager(
+        con: ConnectionManager,
+        client: redis::Client,
+        options: RedisOptions,
+    ) -> Self {
+        let url = describe(&client);
+        RedisStore::assemble(con, client, url, options)
+    }
+
+    fn assemble(
+        con: ConnectionManager,
+        client: redis::Client,
+        url: String,
+        options: RedisOptions,
+    ) -> Self {
+        RedisStore {
             con,
             runtime: tokio::runtime::Handle::current(),
             owned: None,
             client,
-            url: redact(url),
+            url,
             notifier: Default::default(),
             wait_con: Default::default(),
             options,
-        })
+        }
     }
 
     /// Connect from blocking code: the store owns a small multi-thread runtime (one worker) that
@@ -186,6 +223,43 @@ fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
         .set_number_of_retries(options.reconnect_retries)
         .set_min_delay(Duration::from_millis(50))
         .set_max_delay(options.reconnect_max_delay)
+}
+
+/// A connection error naming the server, with a hint for the two TLS mix-ups.
+fn connect_error(url: &str, e: redis::RedisError) -> Error {
+    let e = Error::from(e);
+    let hint = if super::tls::is_tls_url(url) {
+        " (the server's certificate, the CA given, or the client certificate it requires?)"
+    } else {
+        " (if the server listens for TLS on that port, use a rediss:// URL)"
+    };
+    let hint = if e.kind() == crate::ErrorKind::Connection {
+        hint
+    } else {
+        ""
+    };
+    Error::new(
+        e.kind(),
+        format!("cannot connect to {url}: {}{hint}", e.message()),
+    )
+}
+
+/// `redis[s]://[user@]host:port/db` of a client, without its password.
+pub(crate) fn describe(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let user = match settings.username() {
+        Some(user) => format!("{user}@"),
+        None => String::new(),
+    };
+    let db = settings.db();
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{user}{host}:{port}/{db}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{user}{host}:{port}/{db}")
+        }
+        other => format!("{other}"),
+    }
 }
 
 pub(crate) fn redact(url: &str) -> String {

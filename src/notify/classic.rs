@@ -56,7 +56,7 @@ impl Drop for ClassicSubscriber {
 impl ClassicSubscriber {
     /// Start the task; it connects to the first of `clients` that answers.
     pub(super) fn start(
-        clients: Vec<redis::Client>,
+        clients: Clients,
         hub: Arc<Hub>,
         denial: Arc<Denial>,
         timeouts: Timeouts,
@@ -100,9 +100,25 @@ impl ClassicSubscriber {
     }
 }
 
+/// Where the task connects.
+pub(crate) enum Clients {
+    /// These servers, in turn.
+    Fixed(Vec<redis::Client>),
+    /// Whichever server this names on each (re)connection (`None`: none known now, try again
+    /// after the back-off): the current master behind Sentinel.
+    Resolved(Resolver),
+}
+
+/// Names the server to connect to, asked before every connection.
+pub(crate) type Resolver = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<redis::Client>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// The connection's task.
 struct Task {
-    clients: Vec<redis::Client>,
+    clients: Clients,
     hub: Arc<Hub>,
     denial: Arc<Denial>,
     timeouts: Timeouts,
@@ -120,12 +136,20 @@ impl Task {
     async fn run(self, mut requests: UnboundedReceiver<Request>) {
         let mut delay = Duration::from_millis(50);
         let mut next = 0;
-        if self.clients.is_empty() {
+        if matches!(&self.clients, Clients::Fixed(clients) if clients.is_empty()) {
             return;
         }
         loop {
-            let client = &self.clients[next % self.clients.len()];
+            let client = match &self.clients {
+                Clients::Fixed(clients) => Some(clients[next % clients.len()].clone()),
+                Clients::Resolved(resolve) => resolve().await,
+            };
             next += 1;
+            let Some(client) = client else {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                continue;
+            };
             let connected =
                 tokio::time::timeout(self.timeouts.connect, client.get_async_pubsub()).await;
             let Ok(Ok(pubsub)) = connected else {

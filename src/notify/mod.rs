@@ -59,7 +59,7 @@
 //! connection, a slot in the middle of a migration, a lock that expired instead of being
 //! released) costs at most the holder's remaining time, after which waiters retry anyway.
 
-mod classic;
+pub(crate) mod classic;
 mod sharded;
 
 use std::collections::HashMap;
@@ -380,6 +380,17 @@ impl Notifier {
     /// answers (the next one when it drops). Returns at once: the connection is made in the
     /// background, and the first subscription waits for it.
     pub(crate) fn redis(clients: Vec<redis::Client>, timeouts: Timeouts) -> Self {
+        Notifier::classic(classic::Clients::Fixed(clients), timeouts)
+    }
+
+    /// A notifier with one dedicated classic pub/sub connection to the server `resolve` names,
+    /// asked again before every reconnection (the current master behind Sentinel).
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn redis_resolved(resolve: classic::Resolver, timeouts: Timeouts) -> Self {
+        Notifier::classic(classic::Clients::Resolved(resolve), timeouts)
+    }
+
+    fn classic(clients: classic::Clients, timeouts: Timeouts) -> Self {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
         let subscriber =

@@ -27,11 +27,15 @@ pub mod cluster;
 mod commands;
 pub mod memory;
 pub mod redis;
+#[cfg(feature = "sentinel")]
+pub mod sentinel;
 pub mod tls;
 
 pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisOptions, RedisStore};
+#[cfg(feature = "sentinel")]
+pub use self::sentinel::SentinelOptions;
 pub use self::tls::TlsOptions;
 
 /// What [`ReplicaStore::eval_wait`] waits for after the script.

@@ -12,7 +12,10 @@
 //! repeat.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
@@ -54,22 +57,42 @@ impl Default for RedisOptions {
 /// The Redis store. See the [module docs](self).
 #[derive(Clone)]
 pub struct RedisStore {
-    con: ConnectionManager,
+    /// The server's connections; replaced as a whole when Sentinel names a new master.
+    link: Arc<RwLock<Arc<Link>>>,
     runtime: tokio::runtime::Handle,
     /// Set by [`RedisStore::blocking_connect`]: the runtime this store owns.
-    owned: Option<std::sync::Arc<tokio::runtime::Runtime>>,
-    client: redis::Client,
-    url: String,
-    notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
-    /// A second connection for `WAIT`, which blocks its connection; made on first use.
-    wait_con: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    owned: Option<Arc<tokio::runtime::Runtime>>,
+    notifier: Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
     options: RedisOptions,
+    /// Set by [`RedisStore::connect_sentinel`]: where to ask for the master after a failure.
+    #[cfg(feature = "sentinel")]
+    sentinel: Option<Arc<super::sentinel::Sentinels>>,
+}
+
+/// The connections to one server.
+pub(crate) struct Link {
+    pub(crate) con: ConnectionManager,
+    pub(crate) client: redis::Client,
+    pub(crate) url: String,
+    /// A second connection for `WAIT`, which blocks its connection; made on first use.
+    wait_con: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+impl Link {
+    pub(crate) fn new(con: ConnectionManager, client: redis::Client, url: String) -> Self {
+        Link {
+            con,
+            client,
+            url,
+            wait_con: tokio::sync::OnceCell::new(),
+        }
+    }
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.url)
+            .field("url", &self.link.read().url)
             .finish_non_exhaustive()
     }
 }
@@ -108,12 +131,8 @@ impl RedisStore {
     ///
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
     pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
-        let url = describe(&client);
-        let config = manager_config(&options);
-        let con = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| connect_error(&url, e))?;
-        Ok(RedisStore::assemble(con, client, url, options))
+        let link = connect_link(client, &options).await?;
+        Ok(RedisStore::assemble(link, options))
     }
 
     /// Use a connection manager the application already has (its reconnect and timeout settings
@@ -127,25 +146,49 @@ impl RedisStore {
         options: RedisOptions,
     ) -> Self {
         let url = describe(&client);
-        RedisStore::assemble(con, client, url, options)
+        RedisStore::assemble(Link::new(con, client, url), options)
     }
 
-    fn assemble(
-        con: ConnectionManager,
-        client: redis::Client,
-        url: String,
-        options: RedisOptions,
-    ) -> Self {
+    pub(crate) fn assemble(link: Link, options: RedisOptions) -> Self {
         RedisStore {
-            con,
+            link: Arc::new(RwLock::new(Arc::new(link))),
             runtime: tokio::runtime::Handle::current(),
             owned: None,
-            client,
-            url,
             notifier: Default::default(),
-            wait_con: Default::default(),
             options,
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
         }
+    }
+
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn with_sentinel(mut self, sentinel: Arc<super::sentinel::Sentinels>) -> Self {
+        self.sentinel = Some(sentinel);
+        self
+    }
+
+    /// The current server's connections.
+    pub(crate) fn link(&self) -> Arc<Link> {
+        self.link.read().clone()
+    }
+
+    /// The cell of the current server's connections, shared by the store's clones.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn link_arc(&self) -> Arc<RwLock<Arc<Link>>> {
+        self.link.clone()
+    }
+
+    /// After a failed command: with Sentinel, a dropped connection or a `READONLY` answer may
+    /// mean a failover, so ask the sentinels for the master and move there if it changed. The
+    /// error is returned as it is either way (a command is never repeated here).
+    async fn after<T>(&self, result: Result<T>) -> Result<T> {
+        #[cfg(feature = "sentinel")]
+        if let (Err(e), Some(sentinel)) = (&result, &self.sentinel) {
+            if e.is_unanswered() || e.code() == Some("READONLY") {
+                sentinel.follow(self).await;
+            }
+        }
+        result
     }
 
     /// Connect from blocking code: the store owns a small multi-thread runtime (one worker) that
@@ -181,15 +224,17 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// The `redis` client this store connected with, for dedicated connections (`WATCH`
-    /// transactions, pub/sub) that must not share the multiplexed one.
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    /// The `redis` client this store connects with, for dedicated connections (`WATCH`
+    /// transactions, pub/sub) that must not share the multiplexed one. Behind Sentinel, the
+    /// current master's (another one after a failover).
+    pub fn client(&self) -> redis::Client {
+        self.link().client.clone()
     }
 
-    /// The server's URL, with any password removed.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The server's address (`redis[s]://[user@]host:port/db`), without any password. Behind
+    /// Sentinel, the current master's.
+    pub fn url(&self) -> String {
+        self.link().url.clone()
     }
 
     /// Send any command (for tools and tests: `INFO`, `SCRIPT FLUSH`, ...).
@@ -198,8 +243,9 @@ impl RedisStore {
     ///
     /// Whatever the server answers.
     pub async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut con = self.con.clone();
-        Ok(cmd.query_async(&mut con).await?)
+        let mut con = self.link().con.clone();
+        let result = cmd.query_async(&mut con).await.map_err(Error::from);
+        self.after(result).await
     }
 
     /// `SCRIPT LOAD` every given script now, so the first lock operation does not pay for it.
@@ -209,11 +255,22 @@ impl RedisStore {
     /// Whatever the server answers.
     pub async fn preload(&self, scripts: &[&'static Script]) -> Result<()> {
         for script in scripts {
-            let mut con = self.con.clone();
-            script.redis().prepare_invoke().load_async(&mut con).await?;
+            let mut con = self.link().con.clone();
+            let loaded = script.redis().prepare_invoke().load_async(&mut con).await;
+            self.after(loaded.map_err(Error::from)).await?;
         }
         Ok(())
     }
+}
+
+/// Connect to the server of `client`.
+pub(crate) async fn connect_link(client: redis::Client, options: &RedisOptions) -> Result<Link> {
+    let url = describe(&client);
+    let config = manager_config(options);
+    let con = ConnectionManager::new_with_config(client.clone(), config)
+        .await
+        .map_err(|e| connect_error(&url, e))?;
+    Ok(Link::new(con, client, url))
 }
 
 fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
@@ -292,8 +349,9 @@ impl Store for RedisStore {
         for arg in args {
             invocation.arg(arg);
         }
-        let mut con = self.con.clone();
-        let value: redis::Value = invocation.invoke_async(&mut con).await?;
+        let mut con = self.link().con.clone();
+        let value = invocation.invoke_async::<redis::Value>(&mut con).await;
+        let value = self.after(value.map_err(Error::from)).await?;
         Ok(Reply::from(value))
     }
 
@@ -308,7 +366,16 @@ impl Store for RedisStore {
         Some(
             self.notifier
                 .get_or_init(|| async {
-                    crate::notify::Notifier::redis(vec![self.client.clone()], timeouts)
+                    #[cfg(feature = "sentinel")]
+                    if let Some(sentinel) = &self.sentinel {
+                        // Each (re)connection asks the sentinels for the master first, so a
+                        // failover moves the subscriptions to the new master.
+                        return crate::notify::Notifier::redis_resolved(
+                            sentinel.resolver(self),
+                            timeouts,
+                        );
+                    }
+                    crate::notify::Notifier::redis(vec![self.link().client.clone()], timeouts)
                 })
                 .await
                 .clone(),
@@ -328,17 +395,20 @@ impl ReplicaStore for RedisStore {
         args: &[String],
         wait: super::WaitFor,
     ) -> Result<(Reply, super::Acks)> {
-        let con = self
+        let link = self.link();
+        let con = link
             .wait_con
             .get_or_try_init(|| async {
                 // No response timeout of its own: `WAIT` may take as long as it was told to, and
                 // `run_wait_pipeline` bounds it.
                 let config = manager_config(&self.options).set_response_timeout(None);
-                ConnectionManager::new_with_config(self.client.clone(), config).await
+                ConnectionManager::new_with_config(link.client.clone(), config).await
             })
-            .await?;
+            .await;
+        let mut con = self.after(con.cloned().map_err(Error::from)).await?;
         let pipe = super::wait_pipeline(script, keys, args, &wait);
-        super::run_wait_pipeline(&mut con.clone(), pipe, &wait).await
+        let result = super::run_wait_pipeline(&mut con, pipe, &wait).await;
+        self.after(result).await
     }
 }
 

@@ -39,6 +39,8 @@ enum Request {
     Subscribe(String),
     /// Unsubscribe if still unwatched (checked by the task, in order with the subscribes).
     Unsubscribe(String),
+    /// Drop the connection and make it again (the server moved).
+    Reconnect,
 }
 
 /// The handle of the connection's task. See the [module docs](self).
@@ -79,6 +81,12 @@ impl ClassicSubscriber {
     pub(super) fn request(&self, channel: &str) {
         // The task lives as long as this handle.
         let _ = self.requests.send(Request::Subscribe(channel.to_owned()));
+    }
+
+    /// Drop the connection and make it again, as if it had been lost: every watcher is woken
+    /// and every channel subscribed again (on the server the clients' source names now).
+    pub(super) fn reconnect(&self) {
+        let _ = self.requests.send(Request::Reconnect);
     }
 
     /// After [`LINGER`], unsubscribe `channel` unless a watcher has come back. The check and the
@@ -232,6 +240,7 @@ impl Task {
                         None => return Stop::Closed,
                         Some(Request::Subscribe(name)) => self.subscribe(sink, &name).await,
                         Some(Request::Unsubscribe(name)) => self.unsubscribe(sink, &name).await,
+                        Some(Request::Reconnect) => false,
                     };
                     if !ok {
                         return Stop::Lost;

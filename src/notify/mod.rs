@@ -424,6 +424,15 @@ impl Notifier {
         })
     }
 
+    /// Make the pub/sub connection again (a classic one; others are left alone): Sentinel named
+    /// a new master. Every watcher is woken, as after a lost connection.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn reconnect(&self) {
+        if let Backend::Classic(c) = &self.inner.backend {
+            c.reconnect();
+        }
+    }
+
     /// How this notifier hears releases ([`PubSub::Classic`] for the embedded store, whose
     /// deliveries do not depend on the command).
     pub fn pubsub(&self) -> PubSub {

@@ -172,6 +172,12 @@ impl RedisStore {
         self.link.read().clone()
     }
 
+    /// The store's notifier, once made.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn notifier_cell(&self) -> Arc<tokio::sync::OnceCell<crate::notify::Notifier>> {
+        self.notifier.clone()
+    }
+
     /// The cell of the current server's connections, shared by the store's clones.
     #[cfg(feature = "sentinel")]
     pub(crate) fn link_arc(&self) -> Arc<RwLock<Arc<Link>>> {

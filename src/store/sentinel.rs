@@ -21,6 +21,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use parking_lot::RwLock;
 
 use super::redis::{Link, RedisOptions, RedisStore, connect_link, redact};
@@ -61,6 +62,11 @@ impl RedisStore {
         let sentinels = Arc::new(Sentinels::new(sentinels, master, options)?);
         let link = sentinels.connect_master().await?;
         let store = RedisStore::assemble(link, sentinels.options.redis.clone());
+        tokio::spawn(watch(
+            Arc::downgrade(&sentinels),
+            Arc::downgrade(&store.link_arc()),
+            Arc::downgrade(&store.notifier_cell()),
+        ));
         Ok(store.with_sentinel(sentinels))
     }
 }
@@ -203,30 +209,40 @@ impl Sentinels {
     /// Ask the sentinels for the master; if they name another one than `cell` holds and it
     /// answers as a master, put its connections in `cell`. Failures leave `cell` as it is (the
     /// next failed command asks again).
-    async fn follow_cell(&self, cell: &RwLock<Arc<Link>>) {
+    ///
+    /// True if it moved. `force` skips the rate limit (a sentinel announced a switch).
+    async fn follow_cell(&self, cell: &RwLock<Arc<Link>>, force: bool) -> bool {
         let before = cell.read().clone();
         let mut last = self.refresh.lock().await;
         if !Arc::ptr_eq(&before, &cell.read()) {
-            return; // moved while we waited for the look-up in progress
+            return false; // moved while we waited for the look-up in progress
         }
-        if last.is_some_and(|at| at.elapsed() < MIN_REFRESH) {
-            return;
+        if !force && last.is_some_and(|at| at.elapsed() < MIN_REFRESH) {
+            return false;
         }
         *last = Some(Instant::now());
         let Ok((host, port)) = self.master_addr().await else {
-            return;
+            return false;
         };
         if same_addr(before.client.get_connection_info().addr(), &host, port) {
-            return;
+            return false;
         }
-        if let Ok(link) = self.connect_at(&host, port).await {
-            *cell.write() = Arc::new(link);
+        match self.connect_at(&host, port).await {
+            Ok(link) => {
+                *cell.write() = Arc::new(link);
+                true
+            }
+            Err(_) => false,
         }
     }
 
     /// After a failed command of `store`: see the [module docs](self).
     pub(crate) async fn follow(&self, store: &RedisStore) {
-        self.follow_cell(&store.link_arc()).await;
+        if self.follow_cell(&store.link_arc(), false).await {
+            if let Some(notifier) = store.notifier_cell().get() {
+                notifier.reconnect();
+            }
+        }
     }
 
     /// What the notifier asks before each (re)connection: the current master's client, after
@@ -242,11 +258,104 @@ impl Sentinels {
             let (cell, sentinels) = (cell.clone(), sentinels.clone());
             Box::pin(async move {
                 let (cell, sentinels) = (cell.upgrade()?, sentinels.upgrade()?);
-                sentinels.follow_cell(&cell).await;
+                sentinels.follow_cell(&cell, false).await;
                 let client = cell.read().client.clone();
                 Some(client)
             })
         })
+    }
+}
+
+/// The store's watch on the sentinels: subscribed to `+switch-master` on one sentinel at a
+/// time (the next one when it drops or stops answering a `PING`), it moves the store to the new
+/// master as soon as a sentinel announces a switch of ours, rather than at the next failed
+/// command: a demoted master accepts writes until Sentinel reconfigures it, seconds later. It
+/// also asks once after every (re)subscription, for a switch announced while it was away. Ends
+/// when the store is dropped.
+async fn watch(
+    sentinels: Weak<Sentinels>,
+    cell: Weak<RwLock<Arc<Link>>>,
+    notifier: Weak<tokio::sync::OnceCell<crate::notify::Notifier>>,
+) {
+    let check = |force: bool| {
+        let (sentinels, cell, notifier) = (sentinels.clone(), cell.clone(), notifier.clone());
+        async move {
+            let (Some(sentinels), Some(cell)) = (sentinels.upgrade(), cell.upgrade()) else {
+                return false;
+            };
+            if sentinels.follow_cell(&cell, force).await {
+                if let Some(notifier) = notifier.upgrade().as_ref().and_then(|n| n.get()) {
+                    notifier.reconnect();
+                }
+            }
+            true
+        }
+    };
+    let mut next = 0;
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let Some(me) = sentinels.upgrade() else {
+            return;
+        };
+        let client = me.clients[next % me.clients.len()].clone();
+        next += 1;
+        let (connect, response) = (
+            me.options.redis.connection_timeout,
+            me.options.redis.response_timeout,
+        );
+        let master = me.master.clone();
+        drop(me);
+        let subscribed = async {
+            let mut pubsub = tokio::time::timeout(connect, client.get_async_pubsub())
+                .await
+                .ok()?
+                .ok()?;
+            tokio::time::timeout(response, pubsub.subscribe("+switch-master"))
+                .await
+                .ok()?
+                .ok()?;
+            Some(pubsub)
+        };
+        let Some(pubsub) = subscribed.await else {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(2));
+            if cell.strong_count() == 0 {
+                return;
+            }
+            continue;
+        };
+        delay = Duration::from_millis(100);
+        if !check(true).await {
+            return;
+        }
+        let (mut sink, mut stream) = pubsub.split();
+        let mut idle = Duration::ZERO;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(1), stream.next()).await {
+                Ok(Some(msg)) => {
+                    idle = Duration::ZERO;
+                    // "<name> <old ip> <old port> <new ip> <new port>"
+                    let payload: String = msg.get_payload().unwrap_or_default();
+                    if payload.split(' ').next() == Some(master.as_str()) && !check(true).await {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    if cell.strong_count() == 0 {
+                        return;
+                    }
+                    idle += Duration::from_secs(1);
+                    if idle >= Duration::from_secs(10) {
+                        idle = Duration::ZERO;
+                        let ping = sink.ping::<redis::Value>();
+                        if !matches!(tokio::time::timeout(response, ping).await, Ok(Ok(_))) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -14,6 +14,9 @@
 //! - `plain_url_to_tls_port_is_refused`: `redis://` to the TLS port fails in bounded time and the
 //!   message suggests `rediss://`.
 //! - `insecure_fragment`: `rediss://…/#insecure` connects without any CA.
+//! - `tls_cluster`: a `ClusterStore` over `rediss://` seed URLs of a `--tls-cluster yes`
+//!   cluster (every node's clients and bus on TLS only) locks, releases and wakes a waiter by
+//!   sharded pub/sub over TLS.
 //! - `tls_options_need_rediss`: TLS options with a `redis://` URL are an `InvalidInput` error.
 
 mod support;
@@ -21,8 +24,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::tls::Certs;
-use tairlock::store::{RedisOptions, TlsOptions};
-use tairlock::{Acquire, ErrorKind, ExpireLock, RedisStore, Unlock};
+use tairlock::notify::PubSub;
+use tairlock::store::{ClusterOptions, RedisOptions, TlsOptions};
+use tairlock::{Acquire, ClusterStore, ErrorKind, ExpireLock, RedisStore, Store, Unlock};
 
 /// Connects in bounded time: a refusal must not hang.
 async fn connect(url: &str, options: RedisOptions) -> tairlock::Result<RedisStore> {
@@ -164,4 +168,55 @@ async fn tls_options_need_rediss() {
         .client_auth_files(certs.path("client.crt"), certs.path("client.crt"))
         .unwrap_err();
     assert!(not_pem.to_string().contains("private key"), "{not_pem}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_cluster() {
+    let certs = Certs::generate();
+    let (_nodes, ports) = support::tls::tls_cluster(&certs);
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("rediss://127.0.0.1:{p}"))
+        .collect();
+    let mut options = ClusterOptions::default();
+    options.tls = TlsOptions::default().ca_file(certs.path("ca.crt")).unwrap();
+    let store = tokio::time::timeout(
+        Duration::from_secs(20),
+        ClusterStore::connect_with(&urls, options),
+    )
+    .await
+    .expect("no answer within 20 s")
+    .unwrap();
+    assert_eq!(store.pubsub(), PubSub::Sharded);
+    let locks = ExpireLock::new(store);
+    for name in ["tls:c1", "tls:c2", "tls:c3", "tls:c4"] {
+        let lease = match locks
+            .expire_lock(name, Duration::from_secs(10))
+            .await
+            .unwrap()
+        {
+            Acquire::Acquired(lease) => lease,
+            other => panic!("not acquired on the TLS cluster: {other:?}"),
+        };
+        assert_eq!(
+            locks.expire_unlock(name, &lease).await.unwrap(),
+            Unlock::Released
+        );
+    }
+    let holder = locks
+        .lock_with_lease("tls:cw", Duration::from_secs(30), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock("tls:cw").await.unwrap().release().await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter was not woken over TLS")
+        .unwrap()
+        .unwrap();
 }

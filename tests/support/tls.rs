@@ -157,3 +157,64 @@ fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// A three-master Redis Cluster whose clients and bus speak TLS only on the nodes' TLS ports
+/// (`--tls-cluster yes`; each node keeps a plain port for the harness's readiness check and
+/// `cli`). Returns the nodes and their TLS ports.
+pub fn tls_cluster(certs: &Certs) -> (Vec<RedisServer>, Vec<u16>) {
+    let (cert, key, ca) = (
+        certs.path("server.crt"),
+        certs.path("server.key"),
+        certs.path("ca.crt"),
+    );
+    let mut nodes = Vec::new();
+    let mut tls_ports = Vec::new();
+    for _ in 0..3 {
+        let tls_port = free_port();
+        let bus_port = free_port().to_string();
+        let tls = tls_port.to_string();
+        nodes.push(RedisServer::start_cluster_node(&[
+            "--tls-port",
+            &tls,
+            "--tls-cluster",
+            "yes",
+            "--tls-replication",
+            "yes",
+            "--cluster-port",
+            &bus_port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ]));
+        tls_ports.push(tls_port);
+    }
+    let mut create = Command::new("redis-cli");
+    create
+        .args(["--tls", "--cacert", &ca, "--cluster", "create"])
+        .args(tls_ports.iter().map(|p| format!("127.0.0.1:{p}")))
+        .args(["--cluster-replicas", "0", "--cluster-yes"]);
+    let out = create.output().expect("run redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create over TLS failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !nodes
+        .iter()
+        .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the TLS cluster did not reach cluster_state:ok"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    (nodes, tls_ports)
+}

@@ -78,5 +78,7 @@ pub use crate::replicated::{
     ReplicatedAcquire, ReplicatedGuard, ReplicatedLock, ReplicatedRelease, ReplicatedRenew,
 };
 pub use crate::script::{Reply, Script};
-pub use crate::store::{ClusterStore, MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
+#[cfg(feature = "cluster")]
+pub use crate::store::ClusterStore;
+pub use crate::store::{MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
 pub use crate::wait::WaitStrategy;

@@ -40,6 +40,7 @@ enum Request {
     /// Unsubscribe if still unwatched (checked by the task, in order with the subscribes).
     Unsubscribe(String),
     /// Drop the connection and make it again (the server moved).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     Reconnect,
 }
 
@@ -85,6 +86,7 @@ impl ClassicSubscriber {
 
     /// Drop the connection and make it again, as if it had been lost: every watcher is woken
     /// and every channel subscribed again (on the server the clients' source names now).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     pub(super) fn reconnect(&self) {
         let _ = self.requests.send(Request::Reconnect);
     }
@@ -114,6 +116,7 @@ pub(crate) enum Clients {
     Fixed(Vec<redis::Client>),
     /// Whichever server this names on each (re)connection (`None`: none known now, try again
     /// after the back-off): the current master behind Sentinel.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     Resolved(Resolver),
 }
 

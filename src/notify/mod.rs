@@ -60,6 +60,7 @@
 //! released) costs at most the holder's remaining time, after which waiters retry anyway.
 
 pub(crate) mod classic;
+#[cfg(feature = "cluster")]
 mod sharded;
 
 use std::collections::HashMap;
@@ -305,6 +306,7 @@ enum Backend {
     /// The embedded store delivers into the hub itself.
     InProcess,
     Classic(classic::ClassicSubscriber),
+    #[cfg(feature = "cluster")]
     Sharded(sharded::ShardedSubscriber),
 }
 
@@ -313,6 +315,7 @@ impl Backend {
         match self {
             Backend::InProcess => "memory",
             Backend::Classic(_) => "classic",
+            #[cfg(feature = "cluster")]
             Backend::Sharded(_) => "sharded",
         }
     }
@@ -323,6 +326,7 @@ impl Backend {
         match self {
             Backend::InProcess => ch.set(Sub::Subscribed),
             Backend::Classic(c) => c.request(name),
+            #[cfg(feature = "cluster")]
             Backend::Sharded(s) => s.request(name),
         }
     }
@@ -336,6 +340,7 @@ impl Backend {
         match self {
             Backend::InProcess => {}
             Backend::Classic(c) => c.unsubscribe_later(channel, hub),
+            #[cfg(feature = "cluster")]
             Backend::Sharded(s) => s.unsubscribe_later(channel, hub),
         }
     }
@@ -411,6 +416,7 @@ impl Notifier {
     /// # Errors
     ///
     /// The client cannot be built (bad URLs or options).
+    #[cfg(feature = "cluster")]
     pub(crate) fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
@@ -437,6 +443,7 @@ impl Notifier {
     /// deliveries do not depend on the command).
     pub fn pubsub(&self) -> PubSub {
         match self.inner.backend {
+            #[cfg(feature = "cluster")]
             Backend::Sharded(_) => PubSub::Sharded,
             _ => PubSub::Classic,
         }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::script::{Reply, Script};
 
+#[cfg(feature = "cluster")]
 pub mod cluster;
 mod commands;
 pub mod memory;
@@ -31,6 +32,7 @@ pub mod redis;
 pub mod sentinel;
 pub mod tls;
 
+#[cfg(feature = "cluster")]
 pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisOptions, RedisStore};

@@ -13,8 +13,10 @@ use tairlock::clock::SystemClock;
 use tairlock::store::{ClusterOptions, RedisOptions, SentinelOptions, TlsOptions};
 use tairlock::{ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, RedisStore, Store};
 use tairlock_cli::admin::{self, InspectReport};
+use tairlock_cli::bench;
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
-use tairlock_cli::{bench, run};
+#[cfg(unix)]
+use tairlock_cli::run;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -385,11 +387,14 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => run_command(args),
+        #[cfg(unix)]
         Command::Supervise(args) => ExitCode::from(run::supervise(
             args.lifeline,
             nix::unistd::Pid::from_raw(args.home),
             &args.command,
         )),
+        #[cfg(not(unix))]
+        Command::Supervise(_) => not_supported(),
         Command::Bench(args) => bench_command(args),
         Command::Unlock { force, key } => {
             if !force {
@@ -691,6 +696,22 @@ fn bench_command(args: BenchArgs) -> ExitCode {
     }
 }
 
+/// `tairlock run` elsewhere than on Unix.
+#[cfg(not(unix))]
+fn not_supported() -> ExitCode {
+    eprintln!(
+        "tairlock run: not supported here: it needs Unix process groups and signals to stop the \
+         command when the lease is lost"
+    );
+    ExitCode::from(2)
+}
+
+#[cfg(not(unix))]
+fn run_command(_args: RunArgs) -> ExitCode {
+    not_supported()
+}
+
+#[cfg(unix)]
 fn run_command(args: RunArgs) -> ExitCode {
     let (prefix, name) = split_key(&args.key, &args.prefix);
     let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {

@@ -100,7 +100,12 @@ async fn main() -> std::process::ExitCode {
         .or_else(|| std::env::var("TAIRLOCK_REDIS").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
     match run(&url).await {
-        Ok(o) if o.b_accepted && !o.a_late_accepted && o.balance == 150 => {
+        Ok(o)
+            if o.fences.1 > o.fences.0
+                && o.b_accepted
+                && !o.a_late_accepted
+                && o.balance == 150 =>
+        {
             println!(
                 "balance {}: the paused holder's late write was refused",
                 o.balance

@@ -189,10 +189,10 @@ impl RedisStore {
     /// error is returned as it is either way (a command is never repeated here).
     async fn after<T>(&self, result: Result<T>) -> Result<T> {
         #[cfg(feature = "sentinel")]
-        if let (Err(e), Some(sentinel)) = (&result, &self.sentinel) {
-            if e.is_unanswered() || e.code() == Some("READONLY") {
-                sentinel.follow(self).await;
-            }
+        if let (Err(e), Some(sentinel)) = (&result, &self.sentinel)
+            && (e.is_unanswered() || e.code() == Some("READONLY"))
+        {
+            sentinel.follow(self).await;
         }
         result
     }

@@ -238,10 +238,10 @@ impl Sentinels {
 
     /// After a failed command of `store`: see the [module docs](self).
     pub(crate) async fn follow(&self, store: &RedisStore) {
-        if self.follow_cell(&store.link_arc(), false).await {
-            if let Some(notifier) = store.notifier_cell().get() {
-                notifier.reconnect();
-            }
+        if self.follow_cell(&store.link_arc(), false).await
+            && let Some(notifier) = store.notifier_cell().get()
+        {
+            notifier.reconnect();
         }
     }
 
@@ -283,10 +283,11 @@ async fn watch(
             let (Some(sentinels), Some(cell)) = (sentinels.upgrade(), cell.upgrade()) else {
                 return false;
             };
-            if sentinels.follow_cell(&cell, force).await {
-                if let Some(notifier) = notifier.upgrade().as_ref().and_then(|n| n.get()) {
-                    notifier.reconnect();
-                }
+            if sentinels.follow_cell(&cell, force).await
+                && let Some(notifier) = notifier.upgrade()
+                && let Some(notifier) = notifier.get()
+            {
+                notifier.reconnect();
             }
             true
         }

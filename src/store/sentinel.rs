@@ -50,8 +50,8 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for no sentinel URL or a
-    /// malformed one; [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no sentinel
+    /// [`ErrorKind::InvalidInput`] for no sentinel URL or a
+    /// malformed one; [`ErrorKind::Connection`] when no sentinel
     /// answers, none knows `master`, or the server they name cannot be reached or is not a
     /// master.
     pub async fn connect_sentinel<S: AsRef<str>>(

@@ -348,8 +348,25 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The connection flags of a command, if it has them.
+fn conn_args(command: &Command) -> Option<&ConnArgs> {
+    match command {
+        Command::Race(args) => Some(&args.conn),
+        Command::Bench(args) => Some(&args.conn),
+        Command::Inspect(args) => Some(&args.key.conn),
+        Command::Run(args) => Some(&args.conn),
+        Command::Unlock { key, .. } => Some(&key.conn),
+        Command::Supervise(_) => None,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Unreadable or malformed TLS files are a usage error, before anything is connected.
+    if let Some(Err(e)) = conn_args(&cli.command).map(ConnArgs::tls) {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         Command::Race(args) => race_command(args),
         Command::Inspect(InspectArgs { key, rw }) => {

@@ -4,7 +4,8 @@
 //! - `tls_flags`: against a server that requires client certificates, `inspect` and
 //!   `unlock --force` work with the three flags; without a client certificate `inspect` fails
 //!   with a store error (exit 4); without `--tls-ca` the server's certificate is not trusted
-//!   (exit 4); `--tls-cert` without `--tls-key` is a usage error (exit 2).
+//!   (exit 4); `--tls-cert` without `--tls-key`, an unreadable CA file and a key file without a
+//!   key are usage errors (exit 2) that leave the lock in place.
 //! - `sentinel_flags`: `inspect`, `unlock --force` and `run` find the master through three
 //!   sentinels; `--sentinel` with `--cluster` is a usage error (exit 2).
 
@@ -98,6 +99,32 @@ async fn tls_flags() {
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
 
     let out = tairlock(&["inspect", "cli:tls", "--redis", &url, "--tls-cert", &cert]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    // An unreadable CA file, or a key file that holds no key: usage errors, nothing changed.
+    let missing = certs.path("missing.crt");
+    let out = tairlock(&[
+        "unlock", "--force", "cli:tls", "--redis", &url, "--tls-ca", &missing,
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("missing.crt"),
+        "{}",
+        text(&out)
+    );
+    let out = tairlock(&[
+        "unlock",
+        "--force",
+        "cli:tls",
+        "--redis",
+        &url,
+        "--tls-ca",
+        &ca,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &cert,
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 
     let out = tairlock(&[&["unlock", "--force", "cli:tls"][..], &tls].concat());

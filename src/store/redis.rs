@@ -430,4 +430,10 @@ mod tests {
         );
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
+
+    #[test]
+    fn describe_names_the_server_without_the_password() {
+        let client = redis::Client::open("redis://user:secret@127.0.0.1:6379/2").unwrap();
+        assert_eq!(super::describe(&client), "redis://user@127.0.0.1:6379/2");
+    }
 }

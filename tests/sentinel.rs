@@ -7,8 +7,8 @@
 //! - `follows_the_master_through_a_failover`: a store made with `connect_sentinel` locks on the
 //!   master; a `ReplicatedLock` acquisition (acknowledged by the replica) is held across the
 //!   failover, and its release on the promoted master finds it; a waiter blocked on a lock
-//!   across the failover gets it after the holder releases on the new master (woken through the
-//!   notifier's subscription, made again on the new master); a new lock is taken on the new
+//!   across the failover has its release channel subscribed again on the new master (`PUBSUB
+//!   CHANNELS` there), and gets the lock after the holder releases on the new master; a new lock is taken on the new
 //!   master, and the store's address is the new master's.
 //! - `unknown_master_name_is_refused`: a name the sentinels do not know is a clear connection
 //!   error, in bounded time.
@@ -99,6 +99,15 @@ async fn follows_the_master_through_a_failover() {
             .cli(&["ROLE"])
             .starts_with("master")),
         "the replica was not promoted"
+    );
+
+    // The waiter's subscription moved to the new master.
+    assert!(
+        eventually(Duration::from_secs(20), || replica
+            .cli(&["PUBSUB", "CHANNELS"])
+            .contains("sentinel:queue")),
+        "the release channel is not subscribed on the new master: {}",
+        replica.cli(&["PUBSUB", "CHANNELS"])
     );
 
     // The holder releases on the new master; the waiter, subscribed again there, gets in

@@ -6,8 +6,8 @@
 //!   with a store error (exit 4); without `--tls-ca` the server's certificate is not trusted
 //!   (exit 4); `--tls-cert` without `--tls-key`, an unreadable CA file and a key file without a
 //!   key are usage errors (exit 2) that leave the lock in place.
-//! - `sentinel_flags`: `inspect`, `unlock --force` and `run` find the master through three
-//!   sentinels; `--sentinel` with `--cluster` is a usage error (exit 2).
+//! - `sentinel_flags`: `inspect`, `unlock --force`, `run`, `race` and `bench` find the master
+//!   through three sentinels; `--sentinel` with `--cluster` is a usage error (exit 2).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -161,6 +161,56 @@ async fn sentinel_flags() {
 
     let out = tairlock(&[&["run", "cli:run"][..], &via, &["--", "true"]].concat());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let out = tairlock(
+        &[
+            &[
+                "race",
+                "--json",
+                "--trials",
+                "1",
+                "--duration",
+                "500ms",
+                "--scenario",
+                "short-stalls",
+                "--algorithm",
+                "expire-lock",
+            ][..],
+            &via,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["algorithm"], "expire-lock", "{}", text(&out));
+    assert_eq!(rows[0]["overlaps"], 0, "{}", text(&out));
+    assert!(
+        rows[0]["acquisitions"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        text(&out)
+    );
+
+    let out = tairlock(
+        &[
+            &[
+                "bench",
+                "--json",
+                "--duration",
+                "200ms",
+                "--scenario",
+                "expire-lock-cycle",
+            ][..],
+            &via,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        rows[0]["ops_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+        "{}",
+        text(&out)
+    );
 
     let cluster = master.url();
     let out = tairlock(

@@ -185,14 +185,17 @@ impl RedisStore {
     }
 
     /// After a failed command: with Sentinel, a dropped connection or a `READONLY` answer may
-    /// mean a failover, so ask the sentinels for the master and move there if it changed. The
-    /// error is returned as it is either way (a command is never repeated here).
+    /// mean a failover, so ask the sentinels for the master, in the background, and move there
+    /// if it changed. The error is returned at once, as it is (a command is never repeated
+    /// here); a caller that tries again a moment later finds the new master.
     async fn after<T>(&self, result: Result<T>) -> Result<T> {
         #[cfg(feature = "sentinel")]
         if let (Err(e), Some(sentinel)) = (&result, &self.sentinel)
             && (e.is_unanswered() || e.code() == Some("READONLY"))
         {
-            sentinel.follow(self).await;
+            let (sentinel, store) = (sentinel.clone(), self.clone());
+            self.runtime
+                .spawn(async move { sentinel.follow(&store).await });
         }
         result
     }

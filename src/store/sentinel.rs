@@ -4,10 +4,14 @@
 //! name (`SENTINEL GET-MASTER-ADDR-BY-NAME`), connects to it and checks with `ROLE` that it is a
 //! master. The store then works as on one server, and follows failovers:
 //!
+//! - The store keeps one subscription to `+switch-master` on a sentinel (the next one when it
+//!   drops); when a sentinel announces a switch of its master, it asks the sentinels and moves
+//!   every later command there. A demoted master accepts writes until Sentinel reconfigures it,
+//!   seconds after the switch, so waiting for an error would not do.
 //! - When a command fails without an answer (the connection dropped: Sentinel kills the clients
 //!   of a demoted master) or with `READONLY` (a demoted master still addressed as one), the store
-//!   asks the sentinels again and, if they name another master that says it is one, moves every
-//!   later command there. The failed command's error is returned as it is: a plain command is
+//!   also asks, in the background, and, if they name another master that says it is one, moves
+//!   every later command there. The failed command's error is returned as it is: a plain command is
 //!   never repeated (it may have run), while the lock kinds repeat their own scripts, which are
 //!   safe to repeat, and [`lock`](crate::ExpireLock::lock) waits through the failover.
 //! - The release notifications' pub/sub connection asks the sentinels for the master before
@@ -210,10 +214,20 @@ impl Sentinels {
     /// answers as a master, put its connections in `cell`. Failures leave `cell` as it is (the
     /// next failed command asks again).
     ///
-    /// True if it moved. `force` skips the rate limit (a sentinel announced a switch).
+    /// True if it moved. Without `force`, returns at once when a look-up is in progress or the
+    /// last one was under [`MIN_REFRESH`] ago; `force` (a sentinel announced a switch) waits
+    /// for the look-up in progress and asks anyway.
     async fn follow_cell(&self, cell: &RwLock<Arc<Link>>, force: bool) -> bool {
         let before = cell.read().clone();
-        let mut last = self.refresh.lock().await;
+        let mut last = if force {
+            self.refresh.lock().await
+        } else {
+            match self.refresh.try_lock() {
+                Ok(last) => last,
+                // A look-up is in progress: it will move the store if there is anywhere to go.
+                Err(_) => return false,
+            }
+        };
         if !Arc::ptr_eq(&before, &cell.read()) {
             return false; // moved while we waited for the look-up in progress
         }

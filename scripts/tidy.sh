@@ -6,3 +6,18 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo bench --workspace --no-run
+# Feature combinations: the core crate with none, each alone, all; the other crates trimmed.
+cargo check -p tairlock --no-default-features
+for feature in cluster tls sentinel; do
+    cargo check -p tairlock --no-default-features --features "$feature"
+done
+cargo check -p tairlock --all-features
+cargo check -p tairlock-legacy --no-default-features
+cargo check -p tairlock-cli --no-default-features
+# The CLI on a non-Unix target (no `run` there), when that target is installed. Without the
+# `tls` feature: ring's build needs a C compiler for the target.
+if rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-gnu; then
+    cargo check -p tairlock-cli --no-default-features --target x86_64-pc-windows-gnu
+fi
+# The examples compile (they run in `tests/examples.rs`).
+cargo build --examples -p tairlock

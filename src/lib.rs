@@ -30,6 +30,25 @@
 //! # }
 //! ```
 //!
+//! # Connecting
+//!
+//! - `rediss://` URLs connect over TLS (feature `tls`); [`store::TlsOptions`] adds a CA file and
+//!   a client certificate for mutual TLS, in [`store::RedisOptions`] and
+//!   `store::ClusterOptions`.
+//! - `RedisStore::connect_sentinel` finds the master through Redis Sentinel and follows it
+//!   through failovers (feature `sentinel`, module `store::sentinel`).
+//! - [`RedisStore::from_client`] and [`RedisStore::from_manager`] reuse the application's own
+//!   `redis` client or connection manager; `ClusterStore::from_connection` and
+//!   `ClusterStore::connect_customized` likewise for a cluster (feature `cluster`).
+//!
+//! # Examples
+//!
+//! Runnable programs in the repository's `examples/` directory (`cargo run --example NAME --
+//! redis://127.0.0.1:6379`): `with_lock` (a web handler's critical section), `fenced_sqlite` (a
+//! paused holder's late write refused by SQLite with `UPDATE … WHERE fence < ?`),
+//! `blocking_reentrant` (a blocking job with [`ReentrantLock`]) and `legacy_migration` (an old
+//! `SETNX`/`GETSET` client and a scripted client sharing a key).
+//!
 //! # Guarantees, and what is not guaranteed
 //!
 //! - Mutual exclusion holds while every holder finishes within its lease. A holder paused past
@@ -78,5 +97,7 @@ pub use crate::replicated::{
     ReplicatedAcquire, ReplicatedGuard, ReplicatedLock, ReplicatedRelease, ReplicatedRenew,
 };
 pub use crate::script::{Reply, Script};
-pub use crate::store::{ClusterStore, MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
+#[cfg(feature = "cluster")]
+pub use crate::store::ClusterStore;
+pub use crate::store::{MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
 pub use crate::wait::WaitStrategy;

@@ -4,10 +4,11 @@
 //! - [`bench`](mod@bench): `tairlock bench`.
 //! - [`admin`]: `tairlock inspect` and `tairlock unlock --force`.
 //! - [`rw_inspect`]: `tairlock inspect` for reader/writer locks.
-//! - [`run`]: `tairlock run KEY -- CMD…`.
+//! - `run` (Unix only): `tairlock run KEY -- CMD…`.
 
 pub mod admin;
 pub mod bench;
 pub mod race;
+#[cfg(unix)]
 pub mod run;
 pub mod rw_inspect;

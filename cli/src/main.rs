@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tairlock::clock::SystemClock;
+use tairlock::store::{ClusterOptions, RedisOptions, SentinelOptions, TlsOptions};
 use tairlock::{ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, RedisStore, Store};
 use tairlock_cli::admin::{self, InspectReport};
+use tairlock_cli::bench;
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
-use tairlock_cli::{bench, run};
+#[cfg(unix)]
+use tairlock_cli::run;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -96,6 +99,8 @@ struct RaceArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +128,8 @@ struct BenchArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
 }
 
 #[derive(Args, Debug)]
@@ -145,6 +152,8 @@ struct RunArgs {
     /// Key prefix of the locks.
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     prefix: String,
+    #[command(flatten)]
+    conn: ConnArgs,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -192,6 +201,91 @@ struct KeyArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// How to reach the servers: TLS files and Sentinel (every command that talks to Redis).
+#[derive(Args, Debug, Clone, Default)]
+struct ConnArgs {
+    /// CA certificate (PEM) that rediss:// servers must be signed by, instead of the system's
+    /// trust store.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) for servers that require one (`tls-auth-clients yes`); with
+    /// --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM); with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Find the master through these sentinels (comma-separated or repeated; with --master)
+    /// instead of --redis. rediss:// sentinels mean TLS masters too.
+    #[arg(long, value_delimiter = ',', num_args = 1.., requires = "master")]
+    sentinel: Vec<String>,
+    /// The master's name, as the sentinels know it (with --sentinel).
+    #[arg(long, requires = "sentinel")]
+    master: Option<String>,
+}
+
+impl ConnArgs {
+    fn tls(&self) -> tairlock::Result<TlsOptions> {
+        let mut tls = TlsOptions::default();
+        if let Some(ca) = &self.tls_ca {
+            tls = tls.ca_file(ca)?;
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            tls = tls.client_auth_files(cert, key)?;
+        }
+        Ok(tls)
+    }
+
+    fn redis_options(&self) -> tairlock::Result<RedisOptions> {
+        let mut options = RedisOptions::default();
+        options.tls = self.tls()?;
+        Ok(options)
+    }
+
+    fn sentinel_options(&self) -> tairlock::Result<SentinelOptions> {
+        let mut options = SentinelOptions::default();
+        options.redis = self.redis_options()?;
+        Ok(options)
+    }
+
+    fn uses_sentinel(&self) -> bool {
+        !self.sentinel.is_empty()
+    }
+
+    /// The server at `url`, or the sentinels' master when --sentinel is given.
+    async fn redis(&self, url: &str) -> tairlock::Result<RedisStore> {
+        match &self.master {
+            Some(master) if self.uses_sentinel() => {
+                RedisStore::connect_sentinel(&self.sentinel, master, self.sentinel_options()?).await
+            }
+            _ => RedisStore::connect_with(url, self.redis_options()?).await,
+        }
+    }
+
+    /// Where the target is described in messages.
+    fn describe(&self, url: &str) -> String {
+        match &self.master {
+            Some(master) if self.uses_sentinel() => {
+                format!("master {master:?} of sentinels {}", self.sentinel.join(","))
+            }
+            _ => url.to_owned(),
+        }
+    }
+
+    /// --sentinel picks the one server itself: refuse it with the flags that pick others.
+    fn check_exclusive(&self, others: &[(&str, bool)]) -> Result<(), String> {
+        if !self.uses_sentinel() {
+            return Ok(());
+        }
+        match others.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(format!("--sentinel cannot be combined with {flag}")),
+            None => Ok(()),
+        }
+    }
 }
 
 /// `--pubsub`: how releases are announced on a cluster.
@@ -205,15 +299,25 @@ enum PubSubArg {
     Sharded,
 }
 
-/// Connect to the cluster of these seed nodes with `--pubsub`'s choice.
-async fn connect_cluster(urls: &[String], pubsub: PubSubArg) -> tairlock::Result<ClusterStore> {
-    let mut options = tairlock::store::ClusterOptions::default();
+/// The cluster options of `--pubsub`'s choice and the TLS flags.
+fn cluster_options(pubsub: PubSubArg, conn: &ConnArgs) -> tairlock::Result<ClusterOptions> {
+    let mut options = ClusterOptions::default();
     options.pubsub = match pubsub {
         PubSubArg::Auto => None,
         PubSubArg::Classic => Some(tairlock::notify::PubSub::Classic),
         PubSubArg::Sharded => Some(tairlock::notify::PubSub::Sharded),
     };
-    ClusterStore::connect_with(urls, options).await
+    options.tls = conn.tls()?;
+    Ok(options)
+}
+
+/// Connect to the cluster of these seed nodes with `--pubsub`'s choice and the TLS flags.
+async fn connect_cluster(
+    urls: &[String],
+    pubsub: PubSubArg,
+    conn: &ConnArgs,
+) -> tairlock::Result<ClusterStore> {
+    ClusterStore::connect_with(urls, cluster_options(pubsub, conn)?).await
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -244,15 +348,54 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The connection flags of a command, if it has them.
+fn conn_args(command: &Command) -> Option<&ConnArgs> {
+    match command {
+        Command::Race(args) => Some(&args.conn),
+        Command::Bench(args) => Some(&args.conn),
+        Command::Inspect(args) => Some(&args.key.conn),
+        Command::Run(args) => Some(&args.conn),
+        Command::Unlock { key, .. } => Some(&key.conn),
+        Command::Supervise(_) => None,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Unreadable or malformed TLS files are a usage error, before anything is connected.
+    if let Some(Err(e)) = conn_args(&cli.command).map(ConnArgs::tls) {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         Command::Race(args) => race_command(args),
         Command::Inspect(InspectArgs { key, rw }) => {
-            let target = if key.cluster.is_empty() {
-                tairlock_cli::rw_inspect::Target::Redis(&key.redis)
-            } else {
-                tairlock_cli::rw_inspect::Target::Cluster(&key.cluster)
+            if let Err(e) = key
+                .conn
+                .check_exclusive(&[("--cluster", !key.cluster.is_empty())])
+            {
+                eprintln!("tairlock: {e}");
+                return ExitCode::from(2);
+            }
+            let options = (
+                key.conn.redis_options(),
+                cluster_options(key.pubsub, &key.conn),
+                key.conn.sentinel_options(),
+            );
+            let (redis, cluster, sentinel) = match options {
+                (Ok(r), Ok(c), Ok(s)) => (r, c, s),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    eprintln!("tairlock: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            use tairlock_cli::rw_inspect::Target;
+            let target = match &key.conn.master {
+                Some(master) if key.conn.uses_sentinel() => {
+                    Target::Sentinel(&key.conn.sentinel, master, &sentinel)
+                }
+                _ if key.cluster.is_empty() => Target::RedisWith(&key.redis, &redis),
+                _ => Target::ClusterWith(&key.cluster, &cluster),
             };
             match tairlock_cli::rw_inspect::command_on(&key.key, &key.prefix, target, key.json, rw)
             {
@@ -261,11 +404,14 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => run_command(args),
+        #[cfg(unix)]
         Command::Supervise(args) => ExitCode::from(run::supervise(
             args.lifeline,
             nix::unistd::Pid::from_raw(args.home),
             &args.command,
         )),
+        #[cfg(not(unix))]
+        Command::Supervise(_) => not_supported(),
         Command::Bench(args) => bench_command(args),
         Command::Unlock { force, key } => {
             if !force {
@@ -305,7 +451,18 @@ fn race_command(args: RaceArgs) -> ExitCode {
     if let Some(lease) = args.lease {
         config.lease = lease;
     }
-    let real_time = args.redis.is_some() || !args.cluster.is_empty() || !args.redlock.is_empty();
+    if let Err(e) = args.conn.check_exclusive(&[
+        ("--redis", args.redis.is_some()),
+        ("--cluster", !args.cluster.is_empty()),
+        ("--redlock", !args.redlock.is_empty()),
+    ]) {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
+    let real_time = args.redis.is_some()
+        || !args.cluster.is_empty()
+        || !args.redlock.is_empty()
+        || args.conn.uses_sentinel();
     if real_time {
         // Real time: fewer, shorter trials by default.
         config.trials = 3;
@@ -338,6 +495,8 @@ fn race_command(args: RaceArgs) -> ExitCode {
             format!("cluster {} (real time)", args.cluster.join(","))
         } else if !args.redlock.is_empty() {
             format!("redlock over {} (real time)", args.redlock.join(","))
+        } else if args.conn.uses_sentinel() {
+            format!("redis {} (real time)", args.conn.describe(""))
         } else {
             args.redis
                 .as_deref()
@@ -349,7 +508,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
     let rows = if !args.cluster.is_empty() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
-            let store = connect_cluster(&args.cluster, args.pubsub).await?;
+            let store = connect_cluster(&args.cluster, args.pubsub, &args.conn).await?;
             // Every algorithm, legacy-watch included: its transactions run on a dedicated
             // connection to the master of the lock's slot.
             race::run(store, Arc::new(SystemClock), "cluster", &config, progress).await
@@ -359,7 +518,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
         rt.block_on(async {
             let mut servers = Vec::new();
             for url in &args.redlock {
-                servers.push(RedisStore::connect(url).await?);
+                servers.push(RedisStore::connect_with(url, args.conn.redis_options()?).await?);
             }
             let first = servers[0].clone();
             let algorithm = race::algorithms::RedlockAlgorithm::new(servers)?;
@@ -375,11 +534,11 @@ fn race_command(args: RaceArgs) -> ExitCode {
         })
     } else {
         match &args.redis {
-            None => race::run_embedded(&config, progress),
-            Some(url) => {
+            None if !args.conn.uses_sentinel() => race::run_embedded(&config, progress),
+            url => {
                 let rt = tokio::runtime::Runtime::new().expect("runtime");
                 rt.block_on(async {
-                    let store = RedisStore::connect(url).await?;
+                    let store = args.conn.redis(url.as_deref().unwrap_or_default()).await?;
                     race::run(store, Arc::new(SystemClock), "redis", &config, progress).await
                 })
             }
@@ -498,25 +657,33 @@ fn bench_command(args: BenchArgs) -> ExitCode {
         eprintln!("tairlock: bench --redlock runs floor-cycle and redlock-cycle only, not {bad:?}");
         return ExitCode::from(2);
     }
+    if let Err(e) = args.conn.check_exclusive(&[
+        ("--redis", args.redis.is_some()),
+        ("--cluster", !args.cluster.is_empty()),
+        ("--redlock", !args.redlock.is_empty()),
+    ]) {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let rows = rt.block_on(async {
         if !args.redlock.is_empty() {
             let mut servers = Vec::new();
             for url in &args.redlock {
-                servers.push(RedisStore::connect(url).await?);
+                servers.push(RedisStore::connect_with(url, args.conn.redis_options()?).await?);
             }
             return bench::redlock(servers, &config, bench::progress_bar).await;
         }
         if !args.cluster.is_empty() {
-            let store = connect_cluster(&args.cluster, args.pubsub).await?;
+            let store = connect_cluster(&args.cluster, args.pubsub, &args.conn).await?;
             return bench::run(bench::Counted::new(store), &config, bench::progress_bar).await;
         }
         match &args.redis {
-            Some(url) => {
-                let store = RedisStore::connect(url).await?;
+            url if url.is_some() || args.conn.uses_sentinel() => {
+                let store = args.conn.redis(url.as_deref().unwrap_or_default()).await?;
                 bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
             }
-            None => {
+            _ => {
                 bench::run(
                     bench::Counted::new(MemoryStore::new()),
                     &config,
@@ -546,6 +713,22 @@ fn bench_command(args: BenchArgs) -> ExitCode {
     }
 }
 
+/// `tairlock run` elsewhere than on Unix.
+#[cfg(not(unix))]
+fn not_supported() -> ExitCode {
+    eprintln!(
+        "tairlock run: not supported here: it needs Unix process groups and signals to stop the \
+         command when the lease is lost"
+    );
+    ExitCode::from(2)
+}
+
+#[cfg(not(unix))]
+fn run_command(_args: RunArgs) -> ExitCode {
+    not_supported()
+}
+
+#[cfg(unix)]
 fn run_command(args: RunArgs) -> ExitCode {
     let (prefix, name) = split_key(&args.key, &args.prefix);
     let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
@@ -573,7 +756,7 @@ fn run_command(args: RunArgs) -> ExitCode {
     }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let code = rt.block_on(async {
-        let store = match RedisStore::connect(&args.redis).await {
+        let store = match args.conn.redis(&args.redis).await {
             Ok(store) => store,
             Err(e) => {
                 eprintln!("tairlock run: {e}");
@@ -604,13 +787,20 @@ fn admin_command(args: KeyArgs, force_unlock: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = args
+        .conn
+        .check_exclusive(&[("--cluster", !args.cluster.is_empty())])
+    {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let result: tairlock::Result<ExitCode> = rt.block_on(async {
         if args.cluster.is_empty() {
-            let store = RedisStore::connect(&args.redis).await?;
+            let store = args.conn.redis(&args.redis).await?;
             admin_on(store, keyspace, &name, force_unlock, args.json).await
         } else {
-            let store = connect_cluster(&args.cluster, args.pubsub).await?;
+            let store = connect_cluster(&args.cluster, args.pubsub, &args.conn).await?;
             admin_on(store, keyspace, &name, force_unlock, args.json).await
         }
     });

@@ -245,6 +245,12 @@ pub enum Target<'a> {
     Redis(&'a str),
     /// A Redis Cluster, by its seed node URLs.
     Cluster(&'a [String]),
+    /// One Redis server, with connection options (TLS).
+    RedisWith(&'a str, &'a tairlock::store::RedisOptions),
+    /// A Redis Cluster, with connection options (TLS, `--pubsub`).
+    ClusterWith(&'a [String], &'a tairlock::store::ClusterOptions),
+    /// The master that these sentinels name.
+    Sentinel(&'a [String], &'a str, &'a tairlock::store::SentinelOptions),
 }
 
 /// [`command`] on a server or a cluster.
@@ -272,6 +278,18 @@ pub fn command_on(
             }
             Target::Cluster(urls) => {
                 let store = ClusterStore::connect(urls).await?;
+                on_store(store, keyspace, &name, named_rw || rw, json).await
+            }
+            Target::RedisWith(url, options) => {
+                let store = RedisStore::connect_with(url, options.clone()).await?;
+                on_store(store, keyspace, &name, named_rw || rw, json).await
+            }
+            Target::ClusterWith(urls, options) => {
+                let store = ClusterStore::connect_with(urls, options.clone()).await?;
+                on_store(store, keyspace, &name, named_rw || rw, json).await
+            }
+            Target::Sentinel(urls, master, options) => {
+                let store = RedisStore::connect_sentinel(urls, master, options.clone()).await?;
                 on_store(store, keyspace, &name, named_rw || rw, json).await
             }
         }

@@ -39,6 +39,9 @@ enum Request {
     Subscribe(String),
     /// Unsubscribe if still unwatched (checked by the task, in order with the subscribes).
     Unsubscribe(String),
+    /// Drop the connection and make it again (the server moved).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    Reconnect,
 }
 
 /// The handle of the connection's task. See the [module docs](self).
@@ -56,7 +59,7 @@ impl Drop for ClassicSubscriber {
 impl ClassicSubscriber {
     /// Start the task; it connects to the first of `clients` that answers.
     pub(super) fn start(
-        clients: Vec<redis::Client>,
+        clients: Clients,
         hub: Arc<Hub>,
         denial: Arc<Denial>,
         timeouts: Timeouts,
@@ -81,6 +84,13 @@ impl ClassicSubscriber {
         let _ = self.requests.send(Request::Subscribe(channel.to_owned()));
     }
 
+    /// Drop the connection and make it again, as if it had been lost: every watcher is woken
+    /// and every channel subscribed again (on the server the clients' source names now).
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(super) fn reconnect(&self) {
+        let _ = self.requests.send(Request::Reconnect);
+    }
+
     /// After [`LINGER`], unsubscribe `channel` unless a watcher has come back. The check and the
     /// UNSUBSCRIBE happen in the task, in order with the SUBSCRIBEs, so the SUBSCRIBE of a new
     /// registration of the channel is never overtaken by this UNSUBSCRIBE.
@@ -100,9 +110,26 @@ impl ClassicSubscriber {
     }
 }
 
+/// Where the task connects.
+pub(crate) enum Clients {
+    /// These servers, in turn.
+    Fixed(Vec<redis::Client>),
+    /// Whichever server this names on each (re)connection (`None`: none known now, try again
+    /// after the back-off): the current master behind Sentinel.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    Resolved(Resolver),
+}
+
+/// Names the server to connect to, asked before every connection.
+pub(crate) type Resolver = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<redis::Client>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// The connection's task.
 struct Task {
-    clients: Vec<redis::Client>,
+    clients: Clients,
     hub: Arc<Hub>,
     denial: Arc<Denial>,
     timeouts: Timeouts,
@@ -120,12 +147,20 @@ impl Task {
     async fn run(self, mut requests: UnboundedReceiver<Request>) {
         let mut delay = Duration::from_millis(50);
         let mut next = 0;
-        if self.clients.is_empty() {
+        if matches!(&self.clients, Clients::Fixed(clients) if clients.is_empty()) {
             return;
         }
         loop {
-            let client = &self.clients[next % self.clients.len()];
+            let client = match &self.clients {
+                Clients::Fixed(clients) => Some(clients[next % clients.len()].clone()),
+                Clients::Resolved(resolve) => resolve().await,
+            };
             next += 1;
+            let Some(client) = client else {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                continue;
+            };
             let connected =
                 tokio::time::timeout(self.timeouts.connect, client.get_async_pubsub()).await;
             let Ok(Ok(pubsub)) = connected else {
@@ -208,6 +243,7 @@ impl Task {
                         None => return Stop::Closed,
                         Some(Request::Subscribe(name)) => self.subscribe(sink, &name).await,
                         Some(Request::Unsubscribe(name)) => self.unsubscribe(sink, &name).await,
+                        Some(Request::Reconnect) => false,
                     };
                     if !ok {
                         return Stop::Lost;

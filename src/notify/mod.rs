@@ -59,7 +59,8 @@
 //! connection, a slot in the middle of a migration, a lock that expired instead of being
 //! released) costs at most the holder's remaining time, after which waiters retry anyway.
 
-mod classic;
+pub(crate) mod classic;
+#[cfg(feature = "cluster")]
 mod sharded;
 
 use std::collections::HashMap;
@@ -305,6 +306,7 @@ enum Backend {
     /// The embedded store delivers into the hub itself.
     InProcess,
     Classic(classic::ClassicSubscriber),
+    #[cfg(feature = "cluster")]
     Sharded(sharded::ShardedSubscriber),
 }
 
@@ -313,6 +315,7 @@ impl Backend {
         match self {
             Backend::InProcess => "memory",
             Backend::Classic(_) => "classic",
+            #[cfg(feature = "cluster")]
             Backend::Sharded(_) => "sharded",
         }
     }
@@ -323,6 +326,7 @@ impl Backend {
         match self {
             Backend::InProcess => ch.set(Sub::Subscribed),
             Backend::Classic(c) => c.request(name),
+            #[cfg(feature = "cluster")]
             Backend::Sharded(s) => s.request(name),
         }
     }
@@ -336,6 +340,7 @@ impl Backend {
         match self {
             Backend::InProcess => {}
             Backend::Classic(c) => c.unsubscribe_later(channel, hub),
+            #[cfg(feature = "cluster")]
             Backend::Sharded(s) => s.unsubscribe_later(channel, hub),
         }
     }
@@ -380,6 +385,17 @@ impl Notifier {
     /// answers (the next one when it drops). Returns at once: the connection is made in the
     /// background, and the first subscription waits for it.
     pub(crate) fn redis(clients: Vec<redis::Client>, timeouts: Timeouts) -> Self {
+        Notifier::classic(classic::Clients::Fixed(clients), timeouts)
+    }
+
+    /// A notifier with one dedicated classic pub/sub connection to the server `resolve` names,
+    /// asked again before every reconnection (the current master behind Sentinel).
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn redis_resolved(resolve: classic::Resolver, timeouts: Timeouts) -> Self {
+        Notifier::classic(classic::Clients::Resolved(resolve), timeouts)
+    }
+
+    fn classic(clients: classic::Clients, timeouts: Timeouts) -> Self {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
         let subscriber =
@@ -400,6 +416,7 @@ impl Notifier {
     /// # Errors
     ///
     /// The client cannot be built (bad URLs or options).
+    #[cfg(feature = "cluster")]
     pub(crate) fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
@@ -413,10 +430,20 @@ impl Notifier {
         })
     }
 
+    /// Make the pub/sub connection again (a classic one; others are left alone): Sentinel named
+    /// a new master. Every watcher is woken, as after a lost connection.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn reconnect(&self) {
+        if let Backend::Classic(c) = &self.inner.backend {
+            c.reconnect();
+        }
+    }
+
     /// How this notifier hears releases ([`PubSub::Classic`] for the embedded store, whose
     /// deliveries do not depend on the command).
     pub fn pubsub(&self) -> PubSub {
         match self.inner.backend {
+            #[cfg(feature = "cluster")]
             Backend::Sharded(_) => PubSub::Sharded,
             _ => PubSub::Classic,
         }

@@ -73,6 +73,9 @@ pub struct ClusterOptions {
     /// [`PubSub::Sharded`] when the server knows `SPUBLISH` (Redis 7.0+) and
     /// [`PubSub::Classic`] otherwise.
     pub pubsub: Option<PubSub>,
+    /// The CA and client certificate of `rediss://` seed URLs (see
+    /// [`TlsOptions`](super::TlsOptions)); every node is reached the same way.
+    pub tls: super::TlsOptions,
 }
 
 impl Default for ClusterOptions {
@@ -82,6 +85,7 @@ impl Default for ClusterOptions {
             connection_timeout: Duration::from_secs(2),
             retries: 8,
             pubsub: None,
+            tls: super::TlsOptions::default(),
         }
     }
 }
@@ -99,7 +103,16 @@ pub struct ClusterStore {
     /// How releases are announced, decided at connect.
     pubsub: PubSub,
     notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
+    /// The application's settings, applied to every cluster client the store builds.
+    customize: Option<Customize>,
 }
+
+/// See [`ClusterStore::connect_customized`].
+type Customize = std::sync::Arc<
+    dyn Fn(redis::cluster::ClusterClientBuilder) -> redis::cluster::ClusterClientBuilder
+        + Send
+        + Sync,
+>;
 
 impl fmt::Debug for ClusterStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -127,6 +140,55 @@ impl ClusterStore {
     ///
     /// As [`connect`](Self::connect).
     pub async fn connect_with<S: AsRef<str>>(urls: &[S], options: ClusterOptions) -> Result<Self> {
+        ClusterStore::open(urls, options, None, None).await
+    }
+
+    /// Connect with the application's own cluster client settings: `customize` is applied to
+    /// every `redis` cluster client builder the store makes (its command connection, its
+    /// connection for `WAIT`, its sharded pub/sub connection), after the store's own settings
+    /// from `options`, so it can add credentials providers, TCP settings, a DNS resolver and
+    /// the like, or override the store's timeouts (the `WAIT` connection's response timeout is
+    /// set after it: `WAIT` may take as long as it was told to).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn connect_customized<S, F>(
+        urls: &[S],
+        options: ClusterOptions,
+        customize: F,
+    ) -> Result<Self>
+    where
+        S: AsRef<str>,
+        F: Fn(redis::cluster::ClusterClientBuilder) -> redis::cluster::ClusterClientBuilder
+            + Send
+            + Sync
+            + 'static,
+    {
+        ClusterStore::open(urls, options, Some(std::sync::Arc::new(customize)), None).await
+    }
+
+    /// Use a cluster connection the application already has for every command; the seed URLs
+    /// and `options` make the store's own dedicated connections (`WAIT`, release
+    /// notifications, [`node_client`](Self::node_client)).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect) (the store's `WAIT` connection is made here).
+    pub async fn from_connection<S: AsRef<str>>(
+        con: ClusterConnection,
+        urls: &[S],
+        options: ClusterOptions,
+    ) -> Result<Self> {
+        ClusterStore::open(urls, options, None, Some(con)).await
+    }
+
+    async fn open<S: AsRef<str>>(
+        urls: &[S],
+        options: ClusterOptions,
+        customize: Option<Customize>,
+        con: Option<ClusterConnection>,
+    ) -> Result<Self> {
         let urls: Vec<String> = urls.iter().map(|u| u.as_ref().to_owned()).collect();
         if urls.is_empty() {
             return Err(Error::invalid(
@@ -134,9 +196,21 @@ impl ClusterStore {
             ));
         }
         let redacted: Vec<String> = urls.iter().map(|u| super::redis::redact(u)).collect();
-        let build = |response_timeout: Duration| {
-            builder(&urls, &options, response_timeout)
-                .build()
+        // Checks each URL against the TLS options (and installs the TLS crypto provider).
+        for url in &urls {
+            super::tls::client(url, &options.tls)?;
+        }
+        let build = |response_timeout: Option<Duration>| {
+            let mut b = builder(
+                &urls,
+                &options,
+                options.response_timeout,
+                customize.as_ref(),
+            );
+            if let Some(timeout) = response_timeout {
+                b = b.response_timeout(timeout);
+            }
+            b.build()
                 .map_err(|e| Error::invalid(format!("bad cluster urls {redacted:?}: {e}")))
         };
         let connect = |client: ClusterClient| {
@@ -151,9 +225,12 @@ impl ClusterStore {
                 })
             }
         };
-        let con = connect(build(options.response_timeout)?).await?;
+        let con = match con {
+            Some(con) => con,
+            None => connect(build(None)?).await?,
+        };
         // `WAIT` may legitimately take as long as its own timeout: the caller bounds it.
-        let blocking_con = connect(build(Duration::from_secs(24 * 3600))?).await?;
+        let blocking_con = connect(build(Some(Duration::from_secs(24 * 3600)))?).await?;
         let pubsub = match options.pubsub {
             Some(pubsub) => pubsub,
             None => detect_pubsub(&con).await?,
@@ -166,6 +243,7 @@ impl ClusterStore {
             options,
             pubsub,
             notifier: Default::default(),
+            customize,
         })
     }
 
@@ -204,13 +282,24 @@ fn builder(
     urls: &[String],
     options: &ClusterOptions,
     response_timeout: Duration,
+    customize: Option<&Customize>,
 ) -> redis::cluster::ClusterClientBuilder {
-    ClusterClient::builder(urls.iter().map(String::as_str))
+    let builder = ClusterClient::builder(urls.iter().map(String::as_str))
         .response_timeout(response_timeout)
         .connection_timeout(options.connection_timeout)
         .retries(options.retries)
         .min_retry_wait(10)
-        .max_retry_wait(500)
+        .max_retry_wait(500);
+    #[cfg(feature = "tls")]
+    let builder = if options.tls.is_default() {
+        builder
+    } else {
+        builder.certs(super::tls::certificates(&options.tls))
+    };
+    match customize {
+        Some(customize) => customize(builder),
+        None => builder,
+    }
 }
 
 /// Sharded pub/sub if the cluster's servers know `SPUBLISH` (Redis 7.0+), else classic; classic
@@ -278,7 +367,12 @@ impl Store for ClusterStore {
         self.notifier
             .get_or_try_init(|| async {
                 if self.pubsub == PubSub::Sharded {
-                    let builder = builder(&self.urls, &self.options, self.options.response_timeout);
+                    let builder = builder(
+                        &self.urls,
+                        &self.options,
+                        self.options.response_timeout,
+                        self.customize.as_ref(),
+                    );
                     return crate::notify::Notifier::sharded(builder);
                 }
                 // One classic connection, to the first seed node that answers (made in the
@@ -286,8 +380,8 @@ impl Store for ClusterStore {
                 let clients = self
                     .urls
                     .iter()
-                    .map(|url| redis::Client::open(url.as_str()))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                    .map(|url| super::tls::client(url, &self.options.tls))
+                    .collect::<Result<Vec<_>>>()?;
                 if clients.is_empty() {
                     return Err(Error::invalid("no seed URL"));
                 }
@@ -355,14 +449,14 @@ impl ClusterStore {
     /// Unix socket or does not parse (neither happens for a store that connected: the cluster
     /// client accepts only TCP seed URLs).
     pub fn node_client(&self, host: &str, port: u16) -> Result<redis::Client> {
-        use redis::{ConnectionAddr, IntoConnectionInfo};
+        use redis::ConnectionAddr;
         let seed = self
             .urls
             .first()
             .ok_or_else(|| Error::invalid("a cluster store needs at least one seed URL"))?;
-        let info = seed.as_str().into_connection_info().map_err(|e| {
-            Error::invalid(format!("bad seed url {}: {e}", super::redis::redact(seed)))
-        })?;
+        let info = super::tls::client(seed, &self.options.tls)?
+            .get_connection_info()
+            .clone();
         let addr = match info.addr() {
             ConnectionAddr::Tcp(seed_host, _) => ConnectionAddr::Tcp(
                 if host.is_empty() { seed_host } else { host }.to_owned(),

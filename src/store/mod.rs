@@ -23,15 +23,23 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::script::{Reply, Script};
 
+#[cfg(feature = "cluster")]
 pub mod cluster;
 mod commands;
 pub mod memory;
 mod native;
 pub mod redis;
+#[cfg(feature = "sentinel")]
+pub mod sentinel;
+pub mod tls;
 
+#[cfg(feature = "cluster")]
 pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisOptions, RedisStore};
+#[cfg(feature = "sentinel")]
+pub use self::sentinel::SentinelOptions;
+pub use self::tls::TlsOptions;
 
 /// What [`ReplicaStore::eval_wait`] waits for after the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,10 +12,14 @@
 //! repeat.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::tls::TlsOptions;
 use super::{ReplicaStore, Store, Ttl};
 use crate::error::{Error, Result};
 use crate::script::{Reply, Script};
@@ -33,6 +37,9 @@ pub struct RedisOptions {
     /// The longest pause between two reconnect attempts (they back off exponentially from
     /// 50 ms). With the defaults a dead server is reported in well under a second.
     pub reconnect_max_delay: Duration,
+    /// The CA and client certificate of a `rediss://` URL (see [`TlsOptions`]); giving any with
+    /// a `redis://` URL is an error.
+    pub tls: TlsOptions,
 }
 
 impl Default for RedisOptions {
@@ -42,6 +49,7 @@ impl Default for RedisOptions {
             connection_timeout: Duration::from_secs(2),
             reconnect_retries: 3,
             reconnect_max_delay: Duration::from_millis(400),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -49,36 +57,59 @@ impl Default for RedisOptions {
 /// The Redis store. See the [module docs](self).
 #[derive(Clone)]
 pub struct RedisStore {
-    con: ConnectionManager,
+    /// The server's connections; replaced as a whole when Sentinel names a new master.
+    link: Arc<RwLock<Arc<Link>>>,
     runtime: tokio::runtime::Handle,
     /// Set by [`RedisStore::blocking_connect`]: the runtime this store owns.
-    owned: Option<std::sync::Arc<tokio::runtime::Runtime>>,
-    client: redis::Client,
-    url: String,
-    notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
-    /// A second connection for `WAIT`, which blocks its connection; made on first use.
-    wait_con: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
+    owned: Option<Arc<tokio::runtime::Runtime>>,
+    notifier: Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
     options: RedisOptions,
     /// Whether releases use `DELIFEQ` (see [`Store::compare_and_delete`]), detected once.
     native: super::native::Native,
+    /// Set by [`RedisStore::connect_sentinel`]: where to ask for the master after a failure.
+    #[cfg(feature = "sentinel")]
+    sentinel: Option<Arc<super::sentinel::Sentinels>>,
+}
+
+/// The connections to one server.
+pub(crate) struct Link {
+    pub(crate) con: ConnectionManager,
+    pub(crate) client: redis::Client,
+    pub(crate) url: String,
+    /// A second connection for `WAIT`, which blocks its connection; made on first use.
+    wait_con: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+impl Link {
+    pub(crate) fn new(con: ConnectionManager, client: redis::Client, url: String) -> Self {
+        Link {
+            con,
+            client,
+            url,
+            wait_con: tokio::sync::OnceCell::new(),
+        }
+    }
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.url)
+            .field("url", &self.link.read().url)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisStore {
-    /// Connect to `url` (`redis://[user:pass@]host:port/db`, `rediss://` with a TLS feature of the
-    /// `redis` crate) with default options.
+    /// Connect to `url` (`redis://[user:pass@]host:port/db`, or `rediss://` for TLS with the
+    /// `tls` feature) with default options.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a malformed URL,
-    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a malformed URL (or a
+    /// `rediss://` one without the `tls` feature),
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached
+    /// or its TLS handshake fails (an untrusted certificate, a refused client certificate, a
+    /// `redis://` URL to a TLS port).
     pub async fn connect(url: &str) -> Result<Self> {
         RedisStore::connect_with(url, RedisOptions::default()).await
     }
@@ -87,31 +118,89 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// As [`connect`](Self::connect).
+    /// As [`connect`](Self::connect); also
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for TLS options with a
+    /// `redis://` URL.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::invalid(format!("bad redis url {url:?}: {e}")))?;
-        let config = manager_config(&options);
-        let con = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| {
-                let e = Error::from(e);
-                Error::new(
-                    e.kind(),
-                    format!("cannot connect to {}: {}", redact(url), e.message()),
-                )
-            })?;
-        Ok(RedisStore {
-            con,
+        let client = super::tls::client(url, &options.tls)?;
+        RedisStore::from_client(client, options).await
+    }
+
+    /// Connect with a `redis::Client` the application built (its address, credentials, database,
+    /// protocol and TLS settings are used as they are; `options.tls` is ignored).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
+    pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
+        let link = connect_link(client, &options).await?;
+        Ok(RedisStore::assemble(link, options))
+    }
+
+    /// Use a connection manager the application already has (its reconnect and timeout settings
+    /// stay its own), with the `redis::Client` it was made from: that client makes the store's
+    /// dedicated connections (release notifications, `WAIT`), with `options`' timeouts.
+    ///
+    /// Nothing is sent to the server.
+    pub fn from_manager(
+        con: ConnectionManager,
+        client: redis::Client,
+        options: RedisOptions,
+    ) -> Self {
+        let url = describe(&client);
+        RedisStore::assemble(Link::new(con, client, url), options)
+    }
+
+    pub(crate) fn assemble(link: Link, options: RedisOptions) -> Self {
+        RedisStore {
+            link: Arc::new(RwLock::new(Arc::new(link))),
             runtime: tokio::runtime::Handle::current(),
             owned: None,
-            client,
-            url: redact(url),
             notifier: Default::default(),
-            wait_con: Default::default(),
             options,
             native: Default::default(),
-        })
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
+        }
+    }
+
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn with_sentinel(mut self, sentinel: Arc<super::sentinel::Sentinels>) -> Self {
+        self.sentinel = Some(sentinel);
+        self
+    }
+
+    /// The current server's connections.
+    pub(crate) fn link(&self) -> Arc<Link> {
+        self.link.read().clone()
+    }
+
+    /// The store's notifier, once made.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn notifier_cell(&self) -> Arc<tokio::sync::OnceCell<crate::notify::Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// The cell of the current server's connections, shared by the store's clones.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn link_arc(&self) -> Arc<RwLock<Arc<Link>>> {
+        self.link.clone()
+    }
+
+    /// After a failed command: with Sentinel, a dropped connection or a `READONLY` answer may
+    /// mean a failover, so ask the sentinels for the master, in the background, and move there
+    /// if it changed. The error is returned at once, as it is (a command is never repeated
+    /// here); a caller that tries again a moment later finds the new master.
+    async fn after<T>(&self, result: Result<T>) -> Result<T> {
+        #[cfg(feature = "sentinel")]
+        if let (Err(e), Some(sentinel)) = (&result, &self.sentinel)
+            && (e.is_unanswered() || e.code() == Some("READONLY"))
+        {
+            let (sentinel, store) = (sentinel.clone(), self.clone());
+            self.runtime
+                .spawn(async move { sentinel.follow(&store).await });
+        }
+        result
     }
 
     /// Connect from blocking code: the store owns a small multi-thread runtime (one worker) that
@@ -147,15 +236,17 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// The `redis` client this store connected with, for dedicated connections (`WATCH`
-    /// transactions, pub/sub) that must not share the multiplexed one.
-    pub fn client(&self) -> &redis::Client {
-        &self.client
+    /// The `redis` client this store connects with, for dedicated connections (`WATCH`
+    /// transactions, pub/sub) that must not share the multiplexed one. Behind Sentinel, the
+    /// current master's (another one after a failover).
+    pub fn client(&self) -> redis::Client {
+        self.link().client.clone()
     }
 
-    /// The server's URL, with any password removed.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The server's address (`redis[s]://[user@]host:port/db`), without any password. Behind
+    /// Sentinel, the current master's.
+    pub fn url(&self) -> String {
+        self.link().url.clone()
     }
 
     /// Send any command (for tools and tests: `INFO`, `SCRIPT FLUSH`, ...).
@@ -164,8 +255,9 @@ impl RedisStore {
     ///
     /// Whatever the server answers.
     pub async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut con = self.con.clone();
-        Ok(cmd.query_async(&mut con).await?)
+        let mut con = self.link().con.clone();
+        let result = cmd.query_async(&mut con).await.map_err(Error::from);
+        self.after(result).await
     }
 
     /// `SCRIPT LOAD` every given script now, so the first lock operation does not pay for it.
@@ -175,11 +267,22 @@ impl RedisStore {
     /// Whatever the server answers.
     pub async fn preload(&self, scripts: &[&'static Script]) -> Result<()> {
         for script in scripts {
-            let mut con = self.con.clone();
-            script.redis().prepare_invoke().load_async(&mut con).await?;
+            let mut con = self.link().con.clone();
+            let loaded = script.redis().prepare_invoke().load_async(&mut con).await;
+            self.after(loaded.map_err(Error::from)).await?;
         }
         Ok(())
     }
+}
+
+/// Connect to the server of `client`.
+pub(crate) async fn connect_link(client: redis::Client, options: &RedisOptions) -> Result<Link> {
+    let url = describe(&client);
+    let config = manager_config(options);
+    let con = ConnectionManager::new_with_config(client.clone(), config)
+        .await
+        .map_err(|e| connect_error(&url, e))?;
+    Ok(Link::new(con, client, url))
 }
 
 fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
@@ -189,6 +292,43 @@ fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
         .set_number_of_retries(options.reconnect_retries)
         .set_min_delay(Duration::from_millis(50))
         .set_max_delay(options.reconnect_max_delay)
+}
+
+/// A connection error naming the server, with a hint for the two TLS mix-ups.
+fn connect_error(url: &str, e: redis::RedisError) -> Error {
+    let e = Error::from(e);
+    let hint = if super::tls::is_tls_url(url) {
+        " (the server's certificate, the CA given, or the client certificate it requires?)"
+    } else {
+        " (if the server listens for TLS on that port, use a rediss:// URL)"
+    };
+    let hint = if e.kind() == crate::ErrorKind::Connection {
+        hint
+    } else {
+        ""
+    };
+    Error::new(
+        e.kind(),
+        format!("cannot connect to {url}: {}{hint}", e.message()),
+    )
+}
+
+/// `redis[s]://[user@]host:port/db` of a client, without its password.
+pub(crate) fn describe(client: &redis::Client) -> String {
+    let info = client.get_connection_info();
+    let settings = info.redis_settings();
+    let user = match settings.username() {
+        Some(user) => format!("{user}@"),
+        None => String::new(),
+    };
+    let db = settings.db();
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{user}{host}:{port}/{db}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{user}{host}:{port}/{db}")
+        }
+        other => format!("{other}"),
+    }
 }
 
 pub(crate) fn redact(url: &str) -> String {
@@ -221,13 +361,14 @@ impl Store for RedisStore {
         for arg in args {
             invocation.arg(arg);
         }
-        let mut con = self.con.clone();
-        let value: redis::Value = invocation.invoke_async(&mut con).await?;
+        let mut con = self.link().con.clone();
+        let value = invocation.invoke_async::<redis::Value>(&mut con).await;
+        let value = self.after(value.map_err(Error::from)).await?;
         Ok(Reply::from(value))
     }
 
     async fn compare_and_delete(&self, keys: &[String], args: &[String]) -> Result<Reply> {
-        let mut con = self.con.clone();
+        let mut con = self.link().con.clone();
         if let (Some(lock), Some(lease)) = (keys.first(), args.first())
             && self.native.delifeq(&mut con).await
         {
@@ -244,7 +385,7 @@ impl Store for RedisStore {
             .await;
             match released {
                 super::native::Outcome::Deleted => return Ok(Reply::Int(1)),
-                super::native::Outcome::Unanswered(e) => return Err(e),
+                super::native::Outcome::Unanswered(e) => return self.after(Err(e)).await,
                 super::native::Outcome::Script => {}
             }
         }
@@ -262,7 +403,16 @@ impl Store for RedisStore {
         Some(
             self.notifier
                 .get_or_init(|| async {
-                    crate::notify::Notifier::redis(vec![self.client.clone()], timeouts)
+                    #[cfg(feature = "sentinel")]
+                    if let Some(sentinel) = &self.sentinel {
+                        // Each (re)connection asks the sentinels for the master first, so a
+                        // failover moves the subscriptions to the new master.
+                        return crate::notify::Notifier::redis_resolved(
+                            sentinel.resolver(self),
+                            timeouts,
+                        );
+                    }
+                    crate::notify::Notifier::redis(vec![self.link().client.clone()], timeouts)
                 })
                 .await
                 .clone(),
@@ -282,17 +432,20 @@ impl ReplicaStore for RedisStore {
         args: &[String],
         wait: super::WaitFor,
     ) -> Result<(Reply, super::Acks)> {
-        let con = self
+        let link = self.link();
+        let con = link
             .wait_con
             .get_or_try_init(|| async {
                 // No response timeout of its own: `WAIT` may take as long as it was told to, and
                 // `run_wait_pipeline` bounds it.
                 let config = manager_config(&self.options).set_response_timeout(None);
-                ConnectionManager::new_with_config(self.client.clone(), config).await
+                ConnectionManager::new_with_config(link.client.clone(), config).await
             })
-            .await?;
+            .await;
+        let mut con = self.after(con.cloned().map_err(Error::from)).await?;
         let pipe = super::wait_pipeline(script, keys, args, &wait);
-        super::run_wait_pipeline(&mut con.clone(), pipe, &wait).await
+        let result = super::run_wait_pipeline(&mut con, pipe, &wait).await;
+        self.after(result).await
     }
 }
 
@@ -307,5 +460,11 @@ mod tests {
             "redis://***@127.0.0.1:6379/0"
         );
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    #[test]
+    fn describe_names_the_server_without_the_password() {
+        let client = redis::Client::open("redis://user:secret@127.0.0.1:6379/2").unwrap();
+        assert_eq!(super::describe(&client), "redis://user@127.0.0.1:6379/2");
     }
 }

@@ -11,7 +11,9 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::future::Future;

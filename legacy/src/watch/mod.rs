@@ -68,6 +68,7 @@
 //! counts as an aborted `EXEC`: an operation succeeds only when its `EXEC` committed on the
 //! slot's owner. Details, and what a migration does to each step, in [`cluster`].
 
+#[cfg(feature = "cluster")]
 pub mod cluster;
 mod memory;
 mod redis;
@@ -79,6 +80,7 @@ use std::time::Duration;
 
 use tairlock::{Error, ErrorKind, Reply, Result, Ttl};
 
+#[cfg(feature = "cluster")]
 pub use self::cluster::ClusterWatch;
 pub use self::memory::MemoryWatch;
 pub use self::redis::RedisWatch;

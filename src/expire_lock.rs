@@ -174,7 +174,7 @@ pub struct Inspection {
 pub struct ExpireLock<S> {
     store: S,
     options: Options,
-    pub(crate) local: std::sync::Arc<crate::wait::Local>,
+    pub(crate) local: std::sync::Arc<crate::engine::Waiters>,
 }
 
 impl<S: Store> ExpireLock<S> {
@@ -584,8 +584,7 @@ pub fn ttl_ms(ttl: Duration) -> Result<u64> {
 }
 
 fn deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
-    let drift = ttl / 100 + Duration::from_millis(2);
-    sent + ttl.saturating_sub(drift)
+    crate::engine::local_deadline(sent, ttl)
 }
 
 fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {

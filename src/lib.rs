@@ -47,6 +47,7 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod engine;
 mod error;
 pub mod expire_lock;
 pub mod guard;

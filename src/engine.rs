@@ -198,6 +198,8 @@ type Queue = Arc<tokio::sync::Mutex<()>>;
 #[derive(Default)]
 pub struct Waiters {
     queues: Mutex<HashMap<String, Queue>>,
+    /// A random id for this client, naming its wake channels (the fair mode).
+    id: OnceLock<String>,
     /// The store's notifier, once a wait needed it: later acquires look (without a round trip)
     /// whether their channel is still subscribed before their first attempt.
     notifier: OnceLock<Notifier>,
@@ -212,6 +214,12 @@ impl fmt::Debug for Waiters {
 }
 
 impl Waiters {
+    /// This client's random id (16 hex digits).
+    pub fn id(&self) -> &str {
+        self.id
+            .get_or_init(|| crate::lease::nonce()[..16].to_owned())
+    }
+
     fn queue(&self, name: &str) -> Queue {
         self.queues
             .lock()

@@ -50,6 +50,7 @@ pub mod clock;
 pub mod engine;
 mod error;
 pub mod expire_lock;
+pub mod fair;
 pub mod guard;
 pub mod keys;
 mod lease;

@@ -126,6 +126,11 @@ impl<S: Store> ExpireLock<S> {
         patience: Patience,
     ) -> Result<Option<Lease>> {
         crate::expire_lock::ttl_ms(ttl)?;
+        let wait = self.options().wait;
+        if self.options().fair {
+            let step = self.fair_step(name, ttl, patience)?;
+            return engine::acquire(&self.local, name, wait, patience, step).await;
+        }
         let keys = self.keys(name)?;
         let step = Step {
             locks: self.clone(),
@@ -133,7 +138,7 @@ impl<S: Store> ExpireLock<S> {
             channel: keys.channel.into(),
             ttl,
         };
-        engine::acquire(&self.local, name, self.options().wait, patience, step).await
+        engine::acquire(&self.local, name, wait, patience, step).await
     }
 
     async fn guard(

@@ -54,6 +54,7 @@ on_both_stores!(
     a_single_attempt_does_not_queue,
     the_fair_scripts_are_safe_to_repeat,
     fair_and_plain_clients_mixed_never_overlap,
+    data_that_is_not_a_queue_is_an_error_and_untouched,
 );
 
 /// The queue's two keys, for the default keyspace.
@@ -363,4 +364,26 @@ async fn fair_and_plain_clients_mixed_never_overlap<S: TestStore>(env: Env<S>) {
             .unwrap();
     }
     assert_eq!(done.load(Ordering::SeqCst), 48);
+}
+
+async fn data_that_is_not_a_queue_is_an_error_and_untouched<S: TestStore>(env: Env<S>) {
+    let [q, w] = queue_keys();
+    let locks = env.locks_with(fair());
+    for (key, what) in [(&q, "queue"), (&w, "waiters")] {
+        env.store.set(key, b"user data").await.unwrap();
+        let err = locks
+            .lock_with_lease(NAME, ms(1000), None)
+            .await
+            .unwrap_err();
+        assert!(err.is_wrong_type(), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("{what} key holds a string")),
+            "{}: {err}",
+            env.kind()
+        );
+        assert_eq!(env.store.get(key).await.unwrap().unwrap(), b"user data");
+        assert!(locks.inspect(NAME).await.unwrap().holder.is_none());
+        env.store.del(key).await.unwrap();
+    }
 }

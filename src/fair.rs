@@ -58,7 +58,7 @@ impl<S: Store> ExpireLock<S> {
 
     /// Fair release of `lease`: deleted, and granted to the next live waiter in the same step.
     pub(crate) async fn fair_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
-        let reply = self.fair_leave(name, lease.value(), "lease").await?;
+        let reply = self.fair_unlock_by(name, lease.value(), "lease").await?;
         match reply {
             1 => Ok(Unlock::Released),
             0 => Ok(Unlock::HeldByOther),
@@ -66,8 +66,78 @@ impl<S: Store> ExpireLock<S> {
         }
     }
 
+    /// One attempt of the fair mode under `nonce` (the same for every attempt of one
+    /// acquisition): the lock if it is free and nobody live is queued ahead, or if a release
+    /// granted it to `nonce` (confirmed now: the lease becomes `ttl` long, same fencing token);
+    /// else busy, and — with `queue` — this nonce joins the queue or refreshes its place for
+    /// [`Options::waiter_lease`](crate::Options::waiter_lease). One round trip, safe to repeat.
+    /// The waiting calls ([`lock`](Self::lock), ...) in fair mode are made of these.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name or TTL; a key holds data that is not ours (nothing is written); store
+    /// errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the lock (or a place in the queue) may be held under `nonce`:
+    /// repeat the attempt, or [`fair_leave`](Self::fair_leave) with it.
+    pub async fn fair_attempt(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<FairAttempt> {
+        let keys = self.fair_keys(name)?;
+        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        let args = [
+            ttl_ms(ttl)?.to_string(),
+            nonce.to_owned(),
+            self.retention_ms(),
+            ttl_ms(self.options().waiter_lease)?.to_string(),
+            wake,
+            if queue { "1" } else { "0" }.to_owned(),
+        ];
+        let sent = Instant::now();
+        let reply = self.eval_retrying(&FAIR_LOCK, &keys, &args).await?;
+        let items = array(&reply, &FAIR_LOCK)?;
+        match items.first().and_then(Reply::as_int) {
+            Some(1) => Ok(FairAttempt::Acquired(
+                lease_at(items, 1, &FAIR_LOCK)?.with_deadline(deadline(sent, ttl)),
+            )),
+            Some(0) => {
+                let pttl = items.get(1).and_then(Reply::as_int).unwrap_or(0).max(0);
+                Ok(FairAttempt::Busy {
+                    remaining: Duration::from_millis(pttl as u64),
+                })
+            }
+            _ => Err(unexpected(&FAIR_LOCK, &reply)),
+        }
+    }
+
+    /// Leave the fair queue as the waiter `nonce`; if a release granted it the lock meanwhile
+    /// (or it holds the lock under that nonce), release it too, handing it on to the next live
+    /// waiter. Safe to repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_attempt`](Self::fair_attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it may or may not have left; the waiter lease ends the place (and a grant) in
+    /// any case.
+    pub async fn fair_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        Ok(match self.fair_unlock_by(name, nonce, "nonce").await? {
+            1 => Unlock::Released,
+            0 => Unlock::HeldByOther,
+            _ => Unlock::NotHeld,
+        })
+    }
+
     /// [`FAIR_UNLOCK`] by lease value or by nonce (`by`); the `released` part of its reply.
-    async fn fair_leave(&self, name: &str, what: &str, by: &str) -> Result<i64> {
+    async fn fair_unlock_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
         let keys = self.fair_keys(name)?;
         let channel = self.keys(name)?.channel;
         let args = [
@@ -84,7 +154,7 @@ impl<S: Store> ExpireLock<S> {
             .ok_or_else(|| unexpected(&FAIR_UNLOCK, &reply))
     }
 
-    /// The fair mode's steps for `name`, with this client's wake channel.
+    /// The fair mode's steps for `name`.
     pub(crate) fn fair_step(
         &self,
         name: &str,
@@ -101,6 +171,19 @@ impl<S: Store> ExpireLock<S> {
             queue: patience.waits(),
         })
     }
+}
+
+/// The outcome of one [`ExpireLock::fair_attempt`]. Contention is an outcome, not an error.
+#[must_use = "an acquired lease is the only way to unlock the lock"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FairAttempt {
+    /// Ours.
+    Acquired(Lease),
+    /// Held by another lease, or free with a live waiter ahead.
+    Busy {
+        /// How long the holder's lease (or the waiter ahead's place) lasts unless renewed.
+        remaining: Duration,
+    },
 }
 
 /// The fair mode's steps for the [engine](crate::engine): [`FAIR_LOCK`] under the acquisition's
@@ -129,32 +212,16 @@ impl<S: Store> Kind for Step<S> {
     }
 
     async fn attempt(&self, nonce: &str) -> Result<Attempt<Lease>> {
-        let locks = &self.locks;
-        let keys = locks.fair_keys(&self.name)?;
-        let waiter_lease = locks.options().waiter_lease;
-        let args = [
-            ttl_ms(self.ttl)?.to_string(),
-            nonce.to_owned(),
-            locks.retention_ms(),
-            ttl_ms(waiter_lease)?.to_string(),
-            self.wake.to_string(),
-            if self.queue { "1" } else { "0" }.to_owned(),
-        ];
-        let sent = Instant::now();
-        let reply = locks.eval_retrying(&FAIR_LOCK, &keys, &args).await?;
-        let items = array(&reply, &FAIR_LOCK)?;
-        match items.first().and_then(Reply::as_int) {
-            Some(1) => Ok(Attempt::Acquired(
-                lease_at(items, 1, &FAIR_LOCK)?.with_deadline(deadline(sent, self.ttl)),
-            )),
-            Some(0) => {
-                let pttl = items.get(1).and_then(Reply::as_int).unwrap_or(0).max(0);
-                Ok(Attempt::Busy {
-                    remaining: Some(Duration::from_millis(pttl as u64)),
-                })
-            }
-            _ => Err(unexpected(&FAIR_LOCK, &reply)),
-        }
+        let outcome = self
+            .locks
+            .fair_attempt(&self.name, self.ttl, nonce, self.queue)
+            .await?;
+        Ok(match outcome {
+            FairAttempt::Acquired(lease) => Attempt::Acquired(lease),
+            FairAttempt::Busy { remaining } => Attempt::Busy {
+                remaining: Some(remaining),
+            },
+        })
     }
 
     fn undo(self, nonce: String) -> impl Future<Output = ()> + Send + 'static {
@@ -163,7 +230,7 @@ impl<S: Store> Kind for Step<S> {
             // have dropped us from the queue anyway, and any grant with it.
             let give_up = Instant::now() + self.locks.options().waiter_lease.max(self.ttl);
             let mut transient = crate::engine::Transient::new();
-            while let Err(e) = self.locks.fair_leave(&self.name, &nonce, "nonce").await {
+            while let Err(e) = self.locks.fair_leave(&self.name, &nonce).await {
                 if !e.is_transient() || !transient.wait(Some(give_up)).await {
                     return;
                 }

@@ -71,6 +71,7 @@ pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::expire_lock::{
     Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock, ttl_ms,
 };
+pub use crate::fair::FairAttempt;
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};

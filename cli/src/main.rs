@@ -145,6 +145,10 @@ struct RunArgs {
     /// Key prefix of the locks.
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     prefix: String,
+    /// Wait in the lock's fair queue: first come, first served across processes, the release
+    /// handing the lock straight to the next waiter (every client of the lock should use it).
+    #[arg(long)]
+    fair: bool,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -582,7 +586,8 @@ fn run_command(args: RunArgs) -> ExitCode {
         };
         let options = Options::default()
             .keyspace(keyspace)
-            .watchdog_lease(args.ttl);
+            .watchdog_lease(args.ttl)
+            .fair(args.fair);
         let locks = ExpireLock::with_options(store, options);
         let spec = run::RunSpec {
             name,

@@ -13,7 +13,7 @@
 //!   only once the first attempt found the lock busy (an uncontended acquire never subscribes),
 //!   or by jittered, capped exponential back-off ([`WaitStrategy`]); never past the holder's
 //!   remaining time, nor past the kind's refresh interval.
-//! - **Transient errors** ([`Error::is_transient`]: no answer, a failover): a waiting call rides
+//! - **Transient errors** ([`Error::is_transient`](crate::Error::is_transient): no answer, a failover): a waiting call rides
 //!   them with back-off ([`Transient`]); the attempt is repeated with the *same nonce*, so a
 //!   repeat finds what the unanswered one took. A single attempt returns them at once.
 //! - **Cancel cleanup**: armed from the moment an attempt is sent until its outcome is known (and
@@ -531,8 +531,8 @@ mod tests {
             }
         }
 
-        fn undo(self, nonce: String) -> impl Future<Output = ()> + Send + 'static {
-            async move { self.undone.lock().push(nonce) }
+        async fn undo(self, nonce: String) {
+            self.undone.lock().push(nonce);
         }
 
         fn busy_leaves_trace(&self) -> bool {

@@ -28,7 +28,6 @@
 //! Every script is safe to repeat: a repeated attempt finds its grant or its place; a repeated
 //! release or leave finds nothing of its own.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -224,16 +223,14 @@ impl<S: Store> Kind for Step<S> {
         })
     }
 
-    fn undo(self, nonce: String) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            // Without an answer, try again (it is safe to repeat) until the waiter lease would
-            // have dropped us from the queue anyway, and any grant with it.
-            let give_up = Instant::now() + self.locks.options().waiter_lease.max(self.ttl);
-            let mut transient = crate::engine::Transient::new();
-            while let Err(e) = self.locks.fair_leave(&self.name, &nonce).await {
-                if !e.is_transient() || !transient.wait(Some(give_up)).await {
-                    return;
-                }
+    async fn undo(self, nonce: String) {
+        // Without an answer, try again (it is safe to repeat) until the waiter lease would
+        // have dropped us from the queue anyway, and any grant with it.
+        let give_up = Instant::now() + self.locks.options().waiter_lease.max(self.ttl);
+        let mut transient = crate::engine::Transient::new();
+        while let Err(e) = self.locks.fair_leave(&self.name, &nonce).await {
+            if !e.is_transient() || !transient.wait(Some(give_up)).await {
+                return;
             }
         }
     }

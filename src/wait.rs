@@ -9,7 +9,8 @@
 //! - **By polling** ([`WaitStrategy::Poll`]): jittered, capped exponential back-off, never
 //!   longer than the holder's remaining time.
 //!
-//! Either way (all of it is the [engine](crate::engine), shared by every lock kind), waiters in one process for one lock line up in a local FIFO queue, and only the
+//! Either way (all of it is the [`engine`], shared by every lock kind), waiters in
+//! one process for one lock line up in a local FIFO queue, and only the
 //! head of the queue talks to the server: N local waiters cost O(1) commands per handoff, and
 //! no local waiter starves.
 
@@ -81,27 +82,25 @@ impl<S: Store> Kind for Step<S> {
         })
     }
 
-    fn undo(self, nonce: String) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            // Without an answer (the server is slow or failing over) try again until the lease
-            // would have run out anyway.
-            let give_up = Instant::now() + self.ttl;
-            let lease = loop {
-                match self
-                    .locks
-                    .expire_lock_with_nonce(&self.name, self.ttl, nonce.clone())
-                    .await
-                {
-                    Ok(Acquire::Acquired(lease)) => break lease,
-                    Err(e) if e.is_transient() && pause(give_up).await => {}
-                    _ => return,
-                }
-            };
-            loop {
-                match self.locks.expire_unlock(&self.name, &lease).await {
-                    Err(e) if e.is_transient() && pause(give_up).await => {}
-                    _ => return,
-                }
+    async fn undo(self, nonce: String) {
+        // Without an answer (the server is slow or failing over) try again until the lease
+        // would have run out anyway.
+        let give_up = Instant::now() + self.ttl;
+        let lease = loop {
+            match self
+                .locks
+                .expire_lock_with_nonce(&self.name, self.ttl, nonce.clone())
+                .await
+            {
+                Ok(Acquire::Acquired(lease)) => break lease,
+                Err(e) if e.is_transient() && pause(give_up).await => {}
+                _ => return,
+            }
+        };
+        loop {
+            match self.locks.expire_unlock(&self.name, &lease).await {
+                Err(e) if e.is_transient() && pause(give_up).await => {}
+                _ => return,
             }
         }
     }

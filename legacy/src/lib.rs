@@ -154,9 +154,7 @@ impl<L: TryStep> Kind for Step<L> {
 
     /// The value carries no owner id, so nothing can be recognised as ours: a lock an
     /// unanswered attempt took is held for nobody until its timestamp passes.
-    fn undo(self, _nonce: String) -> impl Future<Output = ()> + Send + 'static {
-        async {}
-    }
+    async fn undo(self, _nonce: String) {}
 }
 
 /// The waiting of the Watch and Scripted kinds, by the core's engine: attempt, then sleep the

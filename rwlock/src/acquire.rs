@@ -5,7 +5,6 @@
 //! lock name so that only the head of the queue talks to the server. A waiting writer under
 //! writer preference also re-asserts its intent at a third of the intent lease.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,13 +68,11 @@ impl<S: Store> Kind for Step<S> {
         })
     }
 
-    fn undo(self, nonce: String) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            let _ = match self.mode {
-                Mode::Read => self.rw.read_release(&self.name, &nonce).await.map(drop),
-                Mode::Write => self.rw.write_abandon(&self.name, &nonce).await.map(drop),
-            };
-        }
+    async fn undo(self, nonce: String) {
+        let _ = match self.mode {
+            Mode::Read => self.rw.read_release(&self.name, &nonce).await.map(drop),
+            Mode::Write => self.rw.write_abandon(&self.name, &nonce).await.map(drop),
+        };
     }
 
     fn busy_leaves_trace(&self) -> bool {
@@ -181,7 +178,7 @@ impl<S: Store> RwLock<S> {
     /// [`read_as`](Self::read_as) with an [`Owner`] for reentrant reads.
     ///
     /// While waiting it rides through what a failover or a slow server produces
-    /// ([`Error::is_transient`]: no answer, `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`,
+    /// ([`Error::is_transient`](tairlock::Error::is_transient): no answer, `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`,
     /// `READONLY`, ...): the attempt is repeated with backoff and the same nonce, so an admission
     /// the lost attempt made is found rather than orphaned. The single-attempt calls
     /// (`try_read`, `try_write`, ...) return those errors at once.

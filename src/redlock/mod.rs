@@ -56,7 +56,6 @@
 //! Kleppmann ("How to do distributed locking", 2016) and antirez ("Is Redlock safe?", 2016)
 //! discuss these trade-offs; for correctness-critical mutual exclusion prefer fencing.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -226,16 +225,14 @@ impl<S: Store> Kind for Step<S> {
         )
     }
 
-    fn undo(self, value: String) -> impl Future<Output = ()> + Send + 'static {
-        async move {
-            let lease = RedlockLease {
-                key: self.key.to_string(),
-                value,
-                deadline: Instant::now(),
-                granted: 0,
-            };
-            self.redlock.release(&lease).await;
-        }
+    async fn undo(self, value: String) {
+        let lease = RedlockLease {
+            key: self.key.to_string(),
+            value,
+            deadline: Instant::now(),
+            granted: 0,
+        };
+        self.redlock.release(&lease).await;
     }
 }
 
@@ -244,7 +241,7 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for an empty list.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty list.
     pub fn new(servers: Vec<S>, options: RedlockOptions) -> Result<Self> {
         if servers.is_empty() {
             return Err(Error::invalid("redlock needs at least one server"));
@@ -275,7 +272,7 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for a bad name or TTL. Unreachable servers are not errors:
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad name or TTL. Unreachable servers are not errors:
     /// they count as refusals.
     ///
     /// # Cancel safety
@@ -327,7 +324,7 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] as `try_acquire`. Not gaining a majority in time is `Ok(None)`,
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) as `try_acquire`. Not gaining a majority in time is `Ok(None)`,
     /// not an error.
     ///
     /// # Cancel safety
@@ -362,7 +359,7 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for a bad TTL.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad TTL.
     pub async fn extend(
         &self,
         lease: &RedlockLease,

@@ -58,6 +58,12 @@ pub struct Options {
     pub watchdog_lease: Duration,
     /// How `lock` and `try_lock_for` wait for a busy lock (default: by notification).
     pub wait: crate::wait::WaitStrategy,
+    /// Fair mode (default off): waiters queue on the server, first come first served, and a
+    /// release hands the lock directly to the next one. See [`fair`](crate::fair).
+    pub fair: bool,
+    /// In fair mode, how long a waiter's place (and a grant made to it) lasts unless refreshed
+    /// (default 2 s): a crashed waiter holds up the queue at most this long.
+    pub waiter_lease: Duration,
 }
 
 impl Default for Options {
@@ -67,6 +73,8 @@ impl Default for Options {
             fence_retention: Duration::from_secs(60),
             watchdog_lease: Duration::from_secs(30),
             wait: crate::wait::WaitStrategy::default(),
+            fair: false,
+            waiter_lease: crate::fair::WAITER_LEASE,
         }
     }
 }
@@ -93,6 +101,18 @@ impl Options {
     /// How to wait for a busy lock.
     pub fn wait(mut self, wait: crate::wait::WaitStrategy) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Fair mode on or off; see [`fair`](crate::fair).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// The waiter lease of the fair mode.
+    pub fn waiter_lease(mut self, lease: Duration) -> Self {
+        self.waiter_lease = lease;
         self
     }
 }
@@ -174,7 +194,7 @@ pub struct Inspection {
 pub struct ExpireLock<S> {
     store: S,
     options: Options,
-    pub(crate) local: std::sync::Arc<crate::wait::Local>,
+    pub(crate) local: std::sync::Arc<crate::engine::Waiters>,
 }
 
 impl<S: Store> ExpireLock<S> {
@@ -400,6 +420,9 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// Dropping the future may or may not release the lock; the TTL frees it in any case.
     pub async fn expire_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        if self.options.fair {
+            return self.fair_unlock(name, lease).await;
+        }
         let (keys, args) = self.unlock_request(name, lease)?;
         // The store's compare-and-delete: the script, or `DELIFEQ` where the server has it (see
         // `Store::compare_and_delete`); either is safe to repeat after no answer.
@@ -546,7 +569,7 @@ impl<S: Store> ExpireLock<S> {
         blocking::block_on(self.store.runtime(), "blocking_inspect", self.inspect(name))
     }
 
-    fn retention_ms(&self) -> String {
+    pub(crate) fn retention_ms(&self) -> String {
         (self
             .options
             .fence_retention
@@ -559,7 +582,7 @@ impl<S: Store> ExpireLock<S> {
     /// idempotent; unlock is compare-and-delete; inspect only reads), so one repeat after no
     /// answer (a dropped connection or a timeout: the script may have run) is harmless.
     /// [`force_unlock`](Self::force_unlock) is not: it never comes here.
-    async fn eval_retrying(
+    pub(crate) async fn eval_retrying(
         &self,
         script: &'static Script,
         keys: &[String],
@@ -591,16 +614,15 @@ pub fn ttl_ms(ttl: Duration) -> Result<u64> {
     Ok(ttl.as_micros().div_ceil(1000) as u64)
 }
 
-fn deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
-    let drift = ttl / 100 + Duration::from_millis(2);
-    sent + ttl.saturating_sub(drift)
+pub(crate) fn deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+    crate::engine::local_deadline(sent, ttl)
 }
 
-fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {
+pub(crate) fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {
     reply.as_array().ok_or_else(|| unexpected(script, reply))
 }
 
-fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
+pub(crate) fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
     items
         .get(i)
         .and_then(Reply::as_str)
@@ -613,7 +635,7 @@ fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
         })
 }
 
-fn unexpected(script: &Script, reply: &Reply) -> Error {
+pub(crate) fn unexpected(script: &Script, reply: &Reply) -> Error {
     Error::new(
         crate::ErrorKind::Server,
         format!("unexpected reply from {}: {reply:?}", script.name()),

@@ -66,8 +66,10 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod engine;
 mod error;
 pub mod expire_lock;
+pub mod fair;
 pub mod guard;
 pub mod keys;
 mod lease;
@@ -88,6 +90,7 @@ pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::expire_lock::{
     Acquire, ExpireLock, Inspection, MAX_TTL, Options, Renew, Unlock, ttl_ms,
 };
+pub use crate::fair::FairAttempt;
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};

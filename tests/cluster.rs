@@ -87,6 +87,34 @@ async fn waiting_is_woken_by_notification(cluster: &RedisCluster, store: &Cluste
     }
 }
 
+async fn fair_handoff_on(cluster: &RedisCluster, store: &ClusterStore) {
+    // Fair mode: the release grants to the queued waiter of another client and announces on its
+    // wake channel, in the lock's shard. With 30 s leases for the holder and for the waiter's
+    // place, a waiter that has the lock within a few seconds was woken by that announcement.
+    let options = tairlock::Options::default().fair(true).waiter_lease(LONG);
+    let holder = ExpireLock::with_options(store.clone(), options.clone());
+    let waiter = ExpireLock::with_options(store.clone(), options);
+    for name in names_on_every_master(cluster, "fair:") {
+        let guard = holder.lock(&name).await.unwrap();
+        let fence = guard.lease().fence();
+        let next = spawn_waiter(&waiter, &name);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!next.is_finished(), "{name}: waiter got a held lock");
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let got = next.await.unwrap();
+        let handoff = got.duration_since(released);
+        assert!(
+            handoff < Duration::from_secs(3),
+            "{name}: the granted waiter woke {handoff:?} after the release"
+        );
+        // The waiter released at once, with nobody queued: free, a larger token retained.
+        let after = waiter.inspect(&name).await.unwrap();
+        assert!(after.holder.is_none(), "{name}: {after:?}");
+        assert!(after.last_fence.unwrap() > fence, "{name}: {after:?}");
+    }
+}
+
 async fn contention_across_masters(cluster: &RedisCluster, store: &ClusterStore) {
     let names = Arc::new(names_on_every_master(cluster, "hot:"));
     let inside: Arc<Vec<AtomicBool>> =
@@ -203,6 +231,7 @@ async fn every_lock_kind_on_three_masters() {
     expire_lock_on(&cluster, &store).await;
     waiting_is_woken_by_notification(&cluster, &store).await;
     contention_across_masters(&cluster, &store).await;
+    fair_handoff_on(&cluster, &store).await;
     legacy_scripted_on(&cluster, &store).await;
     rwlock_on(&cluster, &store).await;
 

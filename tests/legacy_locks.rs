@@ -644,3 +644,37 @@ fn blocking_twins_work_without_a_runtime() {
         );
     }
 }
+
+/// The Watch and Scripted kinds wait in the core's engine: the waiters of one client for one
+/// key line up locally, first come first served, and only the head polls. (Before, each polled
+/// on its own, and whichever polled first after the release won.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_are_served_first_come_first_served() {
+    const WAITERS: usize = 6;
+    for strategy in [Strategy::Watch(Profile::Modern), Strategy::Scripted] {
+        let env = Env::redis().await;
+        let options = Options::default().unit(Unit::Millis).poll_interval(ms(5));
+        let locks = LegacyLock::with_strategy(env.store.clone(), options, strategy);
+        let first = acquired(locks.try_acquire(KEY, ms(10_000)).await);
+        let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..WAITERS {
+            let (locks, order) = (locks.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let holding = locks.acquire(KEY, ms(10_000)).await.unwrap();
+                let holding = holding.expect("waits forever");
+                order.lock().push(i);
+                tokio::time::sleep(ms(5)).await;
+                assert_eq!(locks.release(&holding).await.unwrap(), Release::Released);
+            }));
+            // Arrive one after the other.
+            tokio::time::sleep(ms(40)).await;
+        }
+        assert_eq!(locks.release(&first).await.unwrap(), Release::Released);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        let order = order.lock().clone();
+        assert_eq!(order, (0..WAITERS).collect::<Vec<_>>(), "{strategy:?}");
+    }
+}

@@ -117,6 +117,23 @@ async fn exercise_expire_lock(store: &Recording, name: &str) {
     locks.force_unlock(name).await.unwrap();
 }
 
+/// The fair mode: a waiter queues, a release grants to it (announcing on its wake channel, in
+/// the lock's slot too), it confirms, then releases with nobody waiting.
+async fn exercise_fair(store: &Recording, name: &str) {
+    let options = tairlock::Options::default().fair(true);
+    let holder = ExpireLock::with_options(store.clone(), options.clone());
+    let waiter = ExpireLock::with_options(store.clone(), options);
+    let guard = holder.lock(name).await.unwrap();
+    let name_owned = name.to_owned();
+    let next = tokio::spawn(async move { waiter.lock(&name_owned).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    next.await.unwrap().release().await.unwrap();
+    let keys = holder.keys(name).unwrap();
+    let wake = format!("{}:w:0123456789abcdef", keys.channel);
+    assert_eq!(key_slot(&wake), key_slot(&keys.lock), "{wake}");
+}
+
 async fn exercise_legacy(store: &Recording, key: &str) {
     use tairlock_legacy::{ScriptedLock, TryAcquire};
     let locks = ScriptedLock::new(store.clone());
@@ -205,6 +222,7 @@ async fn every_script_declares_keys_of_one_slot() {
         exercise_expire_lock(&store, name).await;
         exercise_rwlock(&store, name).await;
         exercise_redlock(&store, name).await;
+        exercise_fair(&store, name).await;
     }
     for key in ["lock.orderid", "plain", "locks:{order}:7", "a{b"] {
         exercise_legacy(&store, key).await;
@@ -232,7 +250,8 @@ async fn every_script_declares_keys_of_one_slot() {
         .iter()
         .chain(tairlock_legacy::scripts::ALL.iter())
         .chain(tairlock_rwlock::scripts::ALL.iter())
-        .chain(tairlock::redlock::ALL.iter());
+        .chain(tairlock::redlock::ALL.iter())
+        .chain(tairlock::scripts::FAIR.iter());
     let missing: Vec<&str> = all
         .map(|s| s.name())
         .filter(|name| !calls.contains_key(name))
@@ -243,6 +262,7 @@ async fn every_script_declares_keys_of_one_slot() {
         announcing,
         [
             "expire_unlock",
+            "fair_unlock",
             "force_unlock",
             "rw_downgrade",
             "rw_read_release",

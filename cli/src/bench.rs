@@ -1,15 +1,17 @@
 //! `tairlock bench`: throughput and latency of each primitive, as ratios to the round-trip floor
 //! measured in the same run.
 //!
-//! The floor is one cycle of the cheapest correct lock there is on the same connection: raw
-//! `SET key val NX PX` plus an `EVALSHA` compare-and-delete; and a bare `PING`. Every scenario
+//! The floor is one cycle of the cheapest correct lock there is, sent by a bare redis-rs
+//! multiplexed connection — what a hand-written client does, so every ratio includes every
+//! client-side cost of this crate: raw `SET key val NX PX` plus an `EVALSHA` compare-and-delete
+//! (through the store where there is no single server); and a bare `PING`. Every scenario
 //! reports ops/s, p50 and p99 latency, its ratio to the floor where that means something, and the
 //! commands it sent per operation (round trips: a script is one command whatever it runs inside;
 //! on Redis the notifier's SUBSCRIBE/UNSUBSCRIBE, from `INFO commandstats`, are added).
 //!
 //! | scenario | one op is | ratio to |
 //! |---|---|---|
-//! | `floor-cycle` | SET NX PX + EVALSHA compare-and-delete | itself (1.0) |
+//! | `floor-cycle` | SET NX PX + EVALSHA compare-and-delete on a bare redis-rs connection | itself (1.0) |
 //! | `ping` | PING | — |
 //! | `expire-lock-cycle` | `expire_lock` + `expire_unlock` (its release is `DELIFEQ` where the server has it: Valkey 9+) | floor cycle |
 //! | `expire-lock-cycle-scripted` | the same with the release always by the `EXPIRE_UNLOCK` script | floor cycle |
@@ -18,6 +20,8 @@
 //! | `legacy-getset-cycle` | GetSetLock (ms unit) acquire + release: SETNX; GET + DEL | floor cycle |
 //! | `legacy-scripted-cycle` | ScriptedLock acquire + release | floor cycle |
 //! | `contended-handoff` | one acquisition by one of 8 workers holding 1 ms; latency = release → next holder | PING |
+//! | `contended-separate-clients` | the same, each worker its own client (its own connection on Redis), as separate processes | PING |
+//! | `contended-fair` | the same in fair mode ([`Options::fair`]) | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
 //! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
 //! | `local-waiters-N` | one handoff among N waiters in one client | — (commands per handoff) |
@@ -25,6 +29,10 @@
 //! | `redis-benchmark-evalsha` | `redis-benchmark -n 200000 -c 50` EVALSHA on the same server | — |
 //! | `memory-per-lock`, `memory-per-rwlock` | `MEMORY USAGE` of a held lock's keys; of an RW lock with 8 readers | — |
 //! | `redlock-cycle` (`--redlock` only, see [`redlock`]) | `Redlock::try_acquire` + `release` over N servers | floor cycle on the first server |
+//!
+//! Every contended scenario also reports `same_worker_pct` (acquisitions by the worker that held
+//! the lock last) and `max_wait_ms` (the longest single wait); `commands_per_op` is per
+//! acquisition there.
 //!
 //! On a Redis Cluster (`--cluster`) every scenario runs through a
 //! [`ClusterStore`]; `redis-benchmark-evalsha` and the `memory-per-*` rows are skipped (no
@@ -76,8 +84,12 @@ pub struct BenchRow {
     pub p99_us: Option<f64>,
     /// Ratio to the floor (null where it has no meaning).
     pub ratio_to_floor: Option<f64>,
-    /// Server commands per operation.
+    /// Server commands per operation (for a contended scenario: per acquisition).
     pub commands_per_op: Option<f64>,
+    /// Contended scenarios: the share of acquisitions by the worker that held the lock last, %.
+    pub same_worker_pct: Option<f64>,
+    /// Contended scenarios: the longest one worker waited for one acquisition, ms.
+    pub max_wait_ms: Option<f64>,
     /// Anything else worth knowing (max wait, same-worker share, bytes, ...).
     pub note: String,
 }
@@ -92,7 +104,7 @@ pub struct BenchConfig {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 18] = [
+pub const SCENARIOS: [&str; 20] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
@@ -102,6 +114,8 @@ pub const SCENARIOS: [&str; 18] = [
     "legacy-getset-cycle",
     "legacy-scripted-cycle",
     "contended-handoff",
+    "contended-separate-clients",
+    "contended-fair",
     "contended-poll-setnx",
     "contended-poll-getset",
     "local-waiters-1",
@@ -125,6 +139,14 @@ pub trait BenchStore: Store {
     fn host_port(&self) -> Option<(String, u16)>;
     /// Store name.
     fn label(&self) -> &'static str;
+    /// Another client of the same store, as a separate process would have (its own connection
+    /// where the store has one), its commands counted with this one's.
+    fn another(&self) -> impl Future<Output = tairlock::Result<Self>> + Send
+    where
+        Self: Sized;
+    /// A bare redis-rs multiplexed connection to the server, for the floor: what a hand-written
+    /// client uses. `None` where there is no single server (embedded store, cluster).
+    fn bare(&self) -> impl Future<Output = Option<redis::aio::MultiplexedConnection>> + Send;
 }
 
 /// A store with every command it sends counted (a script call is one command, whatever it runs
@@ -234,6 +256,15 @@ impl BenchStore for Counted<MemoryStore> {
     fn label(&self) -> &'static str {
         "memory"
     }
+
+    /// The embedded store has no connections: another client is another lock value on it.
+    async fn another(&self) -> tairlock::Result<Self> {
+        Ok(self.clone())
+    }
+
+    async fn bare(&self) -> Option<redis::aio::MultiplexedConnection> {
+        None
+    }
 }
 
 impl BenchStore for Counted<RedisStore> {
@@ -283,6 +314,19 @@ impl BenchStore for Counted<RedisStore> {
     fn label(&self) -> &'static str {
         "redis"
     }
+
+    async fn another(&self) -> tairlock::Result<Self> {
+        Ok(Counted {
+            inner: RedisStore::from_client(self.inner.client(), Default::default()).await?,
+            count: self.count.clone(),
+        })
+    }
+
+    async fn bare(&self) -> Option<redis::aio::MultiplexedConnection> {
+        // The store's own client: its credentials and TLS settings, not the redacted URL.
+        let client = self.inner.client();
+        client.get_multiplexed_async_connection().await.ok()
+    }
 }
 
 impl BenchStore for Counted<ClusterStore> {
@@ -309,6 +353,16 @@ impl BenchStore for Counted<ClusterStore> {
 
     fn label(&self) -> &'static str {
         "cluster"
+    }
+
+    /// Workers share the cluster client (its connections are per node); each has its own lock
+    /// value, so its own local queue and wake channel.
+    async fn another(&self) -> tairlock::Result<Self> {
+        Ok(self.clone())
+    }
+
+    async fn bare(&self) -> Option<redis::aio::MultiplexedConnection> {
+        None
     }
 }
 
@@ -377,6 +431,8 @@ pub async fn redlock(
             ratio_to_floor: floor_cycle.map(|f| (1.0 / s.ops_per_sec()) / f),
             // SET NX PX and a compare-and-delete script on each server.
             commands_per_op: Some(2.0 * n as f64),
+            same_worker_pct: None,
+            max_wait_ms: None,
             note: format!("{n} servers, quorum {quorum}"),
         });
     }
@@ -429,11 +485,12 @@ where
     })
 }
 
+fn options() -> Options {
+    Options::default().keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix"))
+}
+
 fn locks<S: Store>(store: &S) -> ExpireLock<S> {
-    ExpireLock::with_options(
-        store.clone(),
-        Options::default().keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix")),
-    )
+    ExpireLock::with_options(store.clone(), options())
 }
 
 /// Run the selected scenarios. `progress(i, n, name)` is called as each starts.
@@ -461,36 +518,63 @@ pub async fn run<S: BenchStore>(
         let (mut row, ops) = match *name {
             "floor-cycle" => {
                 let token = tairlock::new_nonce();
-                let mut s = timed(d, |_| async {
-                    store
-                        .set_nx_px(
-                            "tairlock-bench:floor",
-                            token.as_bytes(),
-                            Duration::from_secs(10),
-                        )
+                let key = "tairlock-bench:floor";
+                let (mut s, commands) = match store.bare().await {
+                    // A bare redis-rs multiplexed connection: SET NX PX, then the
+                    // compare-and-delete by EVALSHA (loaded once), as a hand-written client does.
+                    Some(conn) => {
+                        let cad = redis::Script::new(FLOOR_CAD.lua());
+                        let s = timed(d, |_| {
+                            let (mut conn, cad, token) = (conn.clone(), &cad, &token);
+                            async move {
+                                let _: Option<String> = redis::cmd("SET")
+                                    .arg(key)
+                                    .arg(token)
+                                    .arg("NX")
+                                    .arg("PX")
+                                    .arg(10_000)
+                                    .query_async(&mut conn)
+                                    .await
+                                    .map_err(bare_error)?;
+                                let _: i64 = cad
+                                    .key(key)
+                                    .arg(token)
+                                    .invoke_async(&mut conn)
+                                    .await
+                                    .map_err(bare_error)?;
+                                Ok(())
+                            }
+                        })
                         .await?;
-                    store
-                        .eval(
-                            &FLOOR_CAD,
-                            &["tairlock-bench:floor".to_owned()],
-                            std::slice::from_ref(&token),
-                        )
+                        (s, Some(2.0))
+                    }
+                    // No single server: the same two commands through the store.
+                    None => {
+                        let s = timed(d, |_| async {
+                            store
+                                .set_nx_px(key, token.as_bytes(), Duration::from_secs(10))
+                                .await?;
+                            let keys = [key.to_owned()];
+                            store
+                                .eval(&FLOOR_CAD, &keys, std::slice::from_ref(&token))
+                                .await?;
+                            Ok(())
+                        })
                         .await?;
-                    Ok(())
-                })
-                .await?;
+                        (s, None)
+                    }
+                };
                 floor_cycle = Some(1.0 / s.ops_per_sec());
-                (
-                    row(
-                        name,
-                        &store,
-                        Some(s.ops_per_sec()),
-                        s.pct(0.5),
-                        s.pct(0.99),
-                        Some(1.0),
-                    ),
-                    s.ops + 50,
-                )
+                let mut r = row(
+                    name,
+                    &store,
+                    Some(s.ops_per_sec()),
+                    s.pct(0.5),
+                    s.pct(0.99),
+                    Some(1.0),
+                );
+                r.commands_per_op = commands;
+                (r, s.ops + 50)
             }
             "ping" => {
                 let mut s = timed(d, |_| store.ping()).await?;
@@ -655,6 +739,14 @@ pub async fn run<S: BenchStore>(
                 )
             }
             "contended-handoff" => contended(&store, 8, d, Handoff::Notify, ping_p50).await?,
+            "contended-separate-clients" => {
+                let how = Handoff::Separate { fair: false };
+                contended(&store, 8, d, how, ping_p50).await?
+            }
+            "contended-fair" => {
+                let how = Handoff::Separate { fair: true };
+                contended(&store, 8, d, how, ping_p50).await?
+            }
             "contended-poll-getset" => {
                 contended(&store, 8, d, Handoff::PollGetSet, ping_p50).await?
             }
@@ -686,6 +778,10 @@ pub async fn run<S: BenchStore>(
     Ok(rows)
 }
 
+fn bare_error(e: redis::RedisError) -> tairlock::Error {
+    tairlock::Error::new(tairlock::ErrorKind::Server, format!("bare client: {e}"))
+}
+
 fn per_op(before: Option<u64>, after: Option<u64>, ops: u64) -> Option<f64> {
     let (b, a) = (before?, after?);
     Some(a.saturating_sub(b) as f64 / ops.max(1) as f64)
@@ -707,6 +803,8 @@ fn row<S: BenchStore>(
         p99_us: p99,
         ratio_to_floor: ratio,
         commands_per_op: None,
+        same_worker_pct: None,
+        max_wait_ms: None,
         note: String::new(),
     }
 }
@@ -714,6 +812,11 @@ fn row<S: BenchStore>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Handoff {
     Notify,
+    /// Each worker its own client (its own connection on Redis), as separate processes; fair
+    /// mode or not.
+    Separate {
+        fair: bool,
+    },
     PollSetNx,
     PollGetSet,
 }
@@ -754,6 +857,12 @@ async fn contended<S: BenchStore>(
         );
         tasks.push(tokio::spawn(async move {
             let key = format!("tairlock-bench:poll:{name}");
+            let locks = match how {
+                Handoff::Separate { fair } => {
+                    ExpireLock::with_options(store.another().await?, options().fair(fair))
+                }
+                _ => locks,
+            };
             while !stop.load(Ordering::Relaxed) {
                 let asked = Instant::now();
                 let token = tairlock::new_nonce();
@@ -766,7 +875,7 @@ async fn contended<S: BenchStore>(
                         }
                         None
                     }
-                    Handoff::Notify => match locks
+                    Handoff::Notify | Handoff::Separate { .. } => match locks
                         .lock_with_lease(
                             &name,
                             Duration::from_secs(5),
@@ -850,6 +959,8 @@ async fn contended<S: BenchStore>(
         ops: acquisitions,
     };
     let p50 = samples.pct(0.5);
+    let max_wait_ms = max_wait.lock().as_secs_f64() * 1e3;
+    let same_pct = 100.0 * same as f64 / acquisitions.max(1) as f64;
     let mut r = BenchRow {
         scenario: String::new(),
         store: store.label().to_owned(),
@@ -861,15 +972,18 @@ async fn contended<S: BenchStore>(
             _ => None,
         },
         commands_per_op: None,
+        same_worker_pct: Some(same_pct),
+        max_wait_ms: Some(max_wait_ms),
         note: format!(
-            "{served}/{workers} workers served, max wait {:.1} ms, same-worker re-acquisition {:.1}%",
-            max_wait.lock().as_secs_f64() * 1e3,
-            100.0 * same as f64 / acquisitions.max(1) as f64
+            "{served}/{workers} workers served, max wait {max_wait_ms:.1} ms, same-worker \
+             re-acquisition {same_pct:.1}%"
         ),
     };
     r.scenario = match (how, workers) {
         (Handoff::PollSetNx, _) => "contended-poll-setnx".to_owned(),
         (Handoff::PollGetSet, _) => "contended-poll-getset".to_owned(),
+        (Handoff::Separate { fair: false }, _) => "contended-separate-clients".to_owned(),
+        (Handoff::Separate { fair: true }, _) => "contended-fair".to_owned(),
         (Handoff::Notify, 8) => "contended-handoff".to_owned(),
         (Handoff::Notify, n) => format!("local-waiters-{}", n - 1),
     };

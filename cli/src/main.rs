@@ -154,6 +154,10 @@ struct RunArgs {
     prefix: String,
     #[command(flatten)]
     conn: ConnArgs,
+    /// Wait in the lock's fair queue: first come, first served across processes, the release
+    /// handing the lock straight to the next waiter (every client of the lock should use it).
+    #[arg(long)]
+    fair: bool,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -765,7 +769,8 @@ fn run_command(args: RunArgs) -> ExitCode {
         };
         let options = Options::default()
             .keyspace(keyspace)
-            .watchdog_lease(args.ttl);
+            .watchdog_lease(args.ttl)
+            .fair(args.fair);
         let locks = ExpireLock::with_options(store, options);
         let spec = run::RunSpec {
             name,

@@ -475,3 +475,41 @@ fn handoff_is_timed_to_the_microsecond_on_virtual_time() {
         "handoff medians {p50s:?} (µs) are whole milliseconds"
     );
 }
+
+/// The fair mode's row (issue #13): every safety count zero on the embedded store and on a real
+/// server (overlaps only where a holder stalls past its lease, as for any lease lock), and no
+/// key left behind — the queue's keys included.
+#[test]
+fn the_fair_expire_lock_row_keeps_every_zero() {
+    let server = server::RedisServer::start();
+    let url = server.url();
+    for store in [None, Some(url.as_str())] {
+        let mut args = vec!["--algorithm", "fair-expire-lock", "--trials", "2"];
+        if let Some(url) = store {
+            args.extend(["--redis", url, "--lease", "100ms", "--duration", "1500ms"]);
+            args.extend(["--scenario", "short-stalls", "--scenario", "crashes"]);
+        }
+        let (code, rows, stderr) = race(&args);
+        assert_eq!(code, 0, "stderr:\n{stderr}\n{}", server.log_section());
+        assert!(!rows.is_empty());
+        for row in rows_of(&rows, "fair-expire-lock") {
+            assert!(count(row, "acquisitions") > 0, "{row}");
+            assert_eq!(
+                count(row, "foreign_deletions")
+                    + count(row, "stale_writes_accepted")
+                    + count(row, "stuck_locks"),
+                0,
+                "{row}"
+            );
+            if row["scenario"] != "long-stalls" {
+                assert_eq!(count(row, "overlaps"), 0, "{row}");
+            }
+        }
+    }
+    assert_eq!(
+        server.cli(&["DBSIZE"]).trim(),
+        "0",
+        "keys left: {}",
+        server.cli(&["KEYS", "*"])
+    );
+}

@@ -15,7 +15,7 @@ use crate::wire::Unit;
 /// | field | default | GetSet | Watch | Scripted |
 /// |---|---|---|---|---|
 /// | [`unit`](Self::unit) | seconds | ✓ | ✓ | ✓ |
-/// | [`poll_interval`](Self::poll_interval) | 10 ms | ✓ (fixed, as the original) | ✓ (capped by the holder's remaining time) | ✓ (same) |
+/// | [`poll_interval`](Self::poll_interval) | 10 ms | ✓ (fixed, as the original) | ✓ (jittered: half to all of it; capped by the holder's remaining time) | ✓ (same) |
 /// | [`acquire_timeout`](Self::acquire_timeout) | none: wait forever | ✓ | ✓ | ✓ |
 /// | [`clock`](Self::clock) | system clock | ✓ judges expiry | only in [`Profile::Classic`](crate::watch::Profile) | — |
 /// | [`fence_retention`](Self::fence_retention) | 60 s | — | ✓ | ✓ |
@@ -196,8 +196,7 @@ impl Holding {
 
 /// The local deadline for a lock with `left` to live, seen at `start`.
 pub(crate) fn deadline(start: tokio::time::Instant, left: Duration) -> tokio::time::Instant {
-    let drift = left / 100 + Duration::from_millis(2);
-    start + left.saturating_sub(drift)
+    tairlock::engine::local_deadline(start, left)
 }
 
 /// The outcome of one acquisition attempt. Contention is an outcome, not an error.

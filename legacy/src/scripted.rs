@@ -48,7 +48,10 @@
 //! this crate reports [`Release::Overwritten`] instead of deleting
 //! it. The full matrix is in the crate docs; migrate the old clients away quickly.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tairlock::engine::Waiters;
 
 use tairlock::{Error, ErrorKind, Reply, Result, Script, Store};
 
@@ -84,6 +87,7 @@ use crate::wire::{fence_key, parse_value, validate_key};
 pub struct ScriptedLock<S> {
     store: S,
     options: Options,
+    waiters: Arc<Waiters>,
 }
 
 impl<S: Store> ScriptedLock<S> {
@@ -94,7 +98,11 @@ impl<S: Store> ScriptedLock<S> {
 
     /// Locks on `store` with `options`.
     pub fn with_options(store: S, options: Options) -> Self {
-        ScriptedLock { store, options }
+        ScriptedLock {
+            store,
+            options,
+            waiters: Arc::default(),
+        }
     }
 
     /// The store.
@@ -164,18 +172,25 @@ impl<S: Store> ScriptedLock<S> {
     }
 
     /// [`try_acquire`](Self::try_acquire) until acquired, sleeping
-    /// [`poll_interval`](Options::poll_interval) (or the holder's remaining time, if shorter)
-    /// between attempts; `None` once [`acquire_timeout`](Options::acquire_timeout) has passed.
+    /// [`poll_interval`](Options::poll_interval) (jittered: half to all of it) or the holder's
+    /// remaining time, if shorter, between attempts; `None` once
+    /// [`acquire_timeout`](Options::acquire_timeout) has passed. The waiting is the core's
+    /// [engine](tairlock::engine): the acquires of this value (and its clones) for one key queue
+    /// locally, first come first served, and only the head sends.
     ///
     /// # Errors
     ///
-    /// As [`try_acquire`](Self::try_acquire).
+    /// As [`try_acquire`](Self::try_acquire), except that transient errors
+    /// ([`Error::is_transient`](tairlock::Error::is_transient): no answer, a failover) are
+    /// retried with backoff until `acquire_timeout` (without one, until they last a minute in a
+    /// row). A lock an unanswered attempt took cannot be recognised as ours (the value has no
+    /// owner id): it is waited out like anyone's.
     ///
     /// # Cancel safety
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, key: &str, lease: Duration) -> Result<Option<Holding>> {
-        crate::poll_acquire(&self.options, || self.try_acquire(key, lease)).await
+        crate::acquire(self, key, lease).await
     }
 
     /// Compare-and-delete: delete the lock only if it is still exactly this holding's. One round
@@ -358,4 +373,24 @@ fn unexpected(script: &Script, reply: &Reply) -> Error {
         ErrorKind::Server,
         format!("unexpected reply from {}: {reply:?}", script.name()),
     )
+}
+
+impl<S: Store> crate::TryStep for ScriptedLock<S> {
+    type Store = S;
+
+    fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<TryAcquire> {
+        ScriptedLock::try_acquire(self, key, lease).await
+    }
 }

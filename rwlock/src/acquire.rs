@@ -1,16 +1,15 @@
 //! Waiting for a reader/writer lock, and the guard-returning acquire methods.
 //!
-//! Waiting works as for the core's mutex: by release notification (or polling), each wait
-//! bounded by the blocker's remaining time, in a local FIFO queue per lock name so that only the
-//! head of the queue talks to the server. A waiting writer under writer preference also
-//! re-asserts its intent at a third of the intent lease.
+//! Waiting is the core's [engine](tairlock::engine), as for the mutex: by release notification
+//! (or polling), each wait bounded by the blocker's remaining time, in a local FIFO queue per
+//! lock name so that only the head of the queue talks to the server. A waiting writer under
+//! writer preference also re-asserts its intent at a third of the intent lease.
 
-use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tairlock::{Error, Owner, Result, Store, WaitStrategy};
-use tokio::time::Instant;
+use tairlock::engine::{self, Attempt, Kind, Patience};
+use tairlock::{Owner, Result, Store};
 
 use crate::guard::{GuardNoSend, ReadGuard, Slot, WriteGuard};
 use crate::hold::{Credential, Hold};
@@ -23,114 +22,67 @@ enum Mode {
     Write,
 }
 
-/// How long to wait for a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Patience {
-    Once,
-    Until(Instant),
-    Forever,
-}
-
-impl Patience {
-    fn within(timeout: Duration) -> Self {
-        Patience::Until(Instant::now() + timeout)
-    }
-}
-
-/// How long to wait when the server could not say how long the blocker holds on.
-const UNKNOWN_WAIT: Duration = Duration::from_millis(250);
-
-/// How long a waiting call without a deadline of its own rides through errors that a failover
-/// produces: a failover settles well within this.
-const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
-
-/// Back-off between attempts that met a transient error ([`Error::is_transient`]: no answer, a
-/// failover's `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`, `READONLY`): doubling from 50 ms up
-/// to 1 s, jittered. The attempt is repeated with the acquisition's nonce, so a repeat finds an
-/// admission the lost attempt made.
-#[derive(Debug)]
-struct Transient {
-    next: Duration,
-    since: Option<Instant>,
-}
-
-impl Transient {
-    fn new() -> Self {
-        Transient {
-            next: Duration::from_millis(50),
-            since: None,
-        }
-    }
-
-    /// An attempt was answered: the next transient error starts a new episode.
-    fn answered(&mut self) {
-        *self = Transient::new();
-    }
-
-    /// After `err`: sleep and return true when it is transient, the call waits, and another
-    /// attempt fits in its patience (for `Forever`, within [`FAILOVER_PATIENCE`] of the first
-    /// error in a row); false at once when the call should return the error. A single attempt
-    /// (`Once`) returns it at once.
-    async fn ride(&mut self, err: &Error, patience: Patience) -> bool {
-        let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
-        let deadline = match patience {
-            Patience::Once => return false,
-            _ if !err.is_transient() => return false,
-            Patience::Until(deadline) => deadline,
-            Patience::Forever => since + FAILOVER_PATIENCE,
-        };
-        let pause = self.next.mul_f64(rand::random_range(0.5..1.0));
-        if now + pause >= deadline {
-            return false;
-        }
-        self.next = (self.next * 2).min(Duration::from_secs(1));
-        tokio::time::sleep(pause).await;
-        true
-    }
-}
-
-/// Armed while something this acquisition sent may still be on the server (an admission whose
-/// reply never came, a writer's intent): on drop while armed (cancelled, or failed), undoes it in
-/// the background.
-struct Cleanup<S: Store> {
+/// The reader/writer lock's steps for the [engine](tairlock::engine): one `read_acquire` or
+/// `write_acquire` under the acquisition's nonce (a waiting writer's carries its intent); undone
+/// by releasing the reader or abandoning the write (which withdraws the intent too).
+#[derive(Clone)]
+struct Step<S: Store> {
     rw: RwLock<S>,
-    name: String,
+    name: Arc<str>,
+    channel: Arc<str>,
     mode: Mode,
-    nonce: String,
-    armed: bool,
+    ttl: Duration,
+    /// A waiting writer's intent lease, under writer preference.
+    intent: Option<Duration>,
 }
 
-impl<S: Store> Cleanup<S> {
-    /// Undo now (a writer that gives up waiting withdraws its intent at once).
-    async fn finish(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            let _ = undo(&self.rw, &self.name, self.mode, &self.nonce).await;
-        }
+impl<S: Store> Kind for Step<S> {
+    type Store = S;
+    type Held = Arc<Hold<S>>;
+
+    fn store(&self) -> &S {
+        self.rw.store()
     }
-}
 
-impl<S: Store> Drop for Cleanup<S> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (rw, name, mode, nonce) = (
-            self.rw.clone(),
-            self.name.clone(),
-            self.mode,
-            self.nonce.clone(),
-        );
-        tairlock::blocking::spawn_handle(rw.store().runtime()).spawn(async move {
-            let _ = undo(&rw, &name, mode, &nonce).await;
-        });
+    fn channel(&self) -> Option<&str> {
+        Some(&self.channel)
     }
-}
 
-async fn undo<S: Store>(rw: &RwLock<S>, name: &str, mode: Mode, nonce: &str) -> Result<()> {
-    match mode {
-        Mode::Read => rw.read_release(name, nonce).await.map(drop),
-        Mode::Write => rw.write_abandon(name, nonce).await.map(drop),
+    async fn attempt(&self, nonce: &str) -> Result<Attempt<Arc<Hold<S>>>> {
+        let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
+        Ok(match self.mode {
+            Mode::Read => match rw.read_acquire(name, nonce, ttl).await? {
+                ReadAttempt::Acquired { lease, .. } => {
+                    let cred = Credential::Read(nonce.to_owned());
+                    Attempt::Acquired(Hold::start(rw.clone(), name, cred, ttl, lease.deadline()))
+                }
+                ReadAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
+            },
+            Mode::Write => match rw.write_acquire(name, nonce, ttl, self.intent).await? {
+                WriteAttempt::Acquired(lease) => {
+                    let cred = Credential::Write(lease.lease().clone());
+                    Attempt::Acquired(Hold::start(rw.clone(), name, cred, ttl, lease.deadline()))
+                }
+                WriteAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
+            },
+        })
+    }
+
+    async fn undo(self, nonce: String) {
+        let _ = match self.mode {
+            Mode::Read => self.rw.read_release(&self.name, &nonce).await.map(drop),
+            Mode::Write => self.rw.write_abandon(&self.name, &nonce).await.map(drop),
+        };
+    }
+
+    fn busy_leaves_trace(&self) -> bool {
+        // A refused read left nothing behind; a refused write may have left its intent.
+        self.intent.is_some()
+    }
+
+    fn refresh_every(&self) -> Option<Duration> {
+        // Re-assert the intent well before it lapses.
+        self.intent.map(|intent| intent / 3)
     }
 }
 
@@ -145,152 +97,23 @@ impl<S: Store> RwLock<S> {
         let ttl = self.options().watchdog_lease;
         tairlock::ttl_ms(ttl)?;
         let keys = self.keys(name)?;
-        let queue = self.local.queue(name);
-        let result = async {
-            let _turn = match patience {
-                Patience::Until(deadline) => {
-                    match tokio::time::timeout_at(deadline, queue.lock()).await {
-                        Ok(turn) => turn,
-                        Err(_) => return Ok(None),
-                    }
-                }
-                Patience::Once => match queue.try_lock() {
-                    Ok(turn) => turn,
-                    // A local waiter is ahead: the lock is busy as far as we are concerned.
-                    Err(_) => return Ok(None),
-                },
-                Patience::Forever => queue.lock().await,
-            };
-            let wait = self.options().wait;
-            // Subscribe only once the first attempt has been refused: an uncontended acquire
-            // costs exactly one round trip.
-            let wants_watch = matches!(
-                (wait, patience),
-                (WaitStrategy::Notify, Patience::Until(_) | Patience::Forever)
-            );
-            let mut watch = None;
-            let (mut subscribe, mut subscribed) = (false, false);
-            let (min_backoff, max_backoff) = match wait {
-                WaitStrategy::Poll { min, max } => (min, max),
-                _ => (Duration::from_millis(10), Duration::from_millis(200)),
-            };
-            let mut backoff = min_backoff;
-            // A waiting writer announces itself (writer preference); a single attempt does not.
-            let intent = match (mode, self.options().preference, patience) {
-                (Mode::Write, Preference::Writer, Patience::Until(_) | Patience::Forever) => {
-                    Some(self.options().intent_lease)
-                }
-                _ => None,
-            };
-            // One nonce for the whole acquisition: its intent is recognised as its own, and a
-            // repeat of an attempt whose reply was lost returns the same admission.
-            let mut cleanup = Cleanup {
-                rw: self.clone(),
-                name: name.to_owned(),
-                mode,
-                nonce: tairlock::new_nonce(),
-                armed: false,
-            };
-            let mut transient = Transient::new();
-            loop {
-                if std::mem::take(&mut subscribe) {
-                    let deadline = match patience {
-                        Patience::Until(deadline) => Some(deadline),
-                        _ => None,
-                    };
-                    watch = tairlock::notify::watch_release(self.store(), &keys.channel, deadline)
-                        .await;
-                }
-                let notified = watch.as_ref().map(|w| w.notified());
-                let mut notified = pin!(notified);
-                if let Some(n) = notified.as_mut().as_pin_mut() {
-                    n.enable();
-                }
-                cleanup.armed = true;
-                let nonce = cleanup.nonce.clone();
-                let remaining = match mode {
-                    Mode::Read => match self.read_acquire(name, &nonce, ttl).await {
-                        Ok(ReadAttempt::Acquired { lease, .. }) => {
-                            cleanup.armed = false;
-                            let cred = Credential::Read(nonce);
-                            return Ok(Some(Hold::start(
-                                self.clone(),
-                                name,
-                                cred,
-                                ttl,
-                                lease.deadline(),
-                            )));
-                        }
-                        Ok(ReadAttempt::Blocked { remaining, .. }) => remaining,
-                        Err(e) if transient.ride(&e, patience).await => continue,
-                        Err(e) => return Err(e),
-                    },
-                    Mode::Write => match self.write_acquire(name, &nonce, ttl, intent).await {
-                        Ok(WriteAttempt::Acquired(lease)) => {
-                            cleanup.armed = false;
-                            let cred = Credential::Write(lease.lease().clone());
-                            return Ok(Some(Hold::start(
-                                self.clone(),
-                                name,
-                                cred,
-                                ttl,
-                                lease.deadline(),
-                            )));
-                        }
-                        Ok(WriteAttempt::Blocked { remaining, .. }) => remaining,
-                        Err(e) if transient.ride(&e, patience).await => continue,
-                        Err(e) => return Err(e),
-                    },
-                };
-                transient.answered();
-                // A refused read left nothing behind; a refused write may have left its intent.
-                cleanup.armed = intent.is_some();
-                let now = Instant::now();
-                let wake = match patience {
-                    Patience::Once => {
-                        cleanup.finish().await;
-                        return Ok(None);
-                    }
-                    Patience::Until(deadline) if now >= deadline => {
-                        cleanup.finish().await;
-                        return Ok(None);
-                    }
-                    Patience::Until(deadline) => deadline,
-                    Patience::Forever => now + Duration::from_secs(3600),
-                };
-                if wants_watch && watch.is_none() && !subscribed {
-                    // Listen from now on, then try again at once: a release between the refused
-                    // attempt and the subscription must not be missed.
-                    subscribed = true;
-                    subscribe = true;
-                    continue;
-                }
-                // Never sleep past the blocker's lease: it may expire without a release.
-                let mut until = now + remaining.unwrap_or(UNKNOWN_WAIT) + Duration::from_millis(1);
-                if let Some(intent) = intent {
-                    // Re-assert the intent well before it lapses.
-                    until = until.min(now + intent / 3);
-                }
-                if watch.is_none() {
-                    let jittered = backoff.mul_f64(rand::random_range(0.5..1.0));
-                    until = until.min(now + jittered);
-                    backoff = (backoff * 2).clamp(min_backoff, max_backoff);
-                }
-                let until = until.min(wake);
-                match notified.as_mut().as_pin_mut() {
-                    Some(n) => {
-                        tokio::select! {
-                            () = n => {}
-                            () = tokio::time::sleep_until(until) => {}
-                        }
-                    }
-                    None => tokio::time::sleep_until(until).await,
-                }
+        // A waiting writer announces itself (writer preference); a single attempt does not.
+        let intent = match (mode, self.options().preference) {
+            (Mode::Write, Preference::Writer) if patience.waits() => {
+                Some(self.options().intent_lease)
             }
-        }
-        .await;
-        self.local.forget(name, queue);
-        result
+            _ => None,
+        };
+        let step = Step {
+            rw: self.clone(),
+            name: name.into(),
+            channel: keys.channel.into(),
+            mode,
+            ttl,
+            intent,
+        };
+        let waiters = &self.local.waiters;
+        engine::acquire(waiters, name, self.options().wait, patience, step).await
     }
 
     /// The hold for `owner` (re-entered locally when it has one), else a new one.
@@ -355,7 +178,7 @@ impl<S: Store> RwLock<S> {
     /// [`read_as`](Self::read_as) with an [`Owner`] for reentrant reads.
     ///
     /// While waiting it rides through what a failover or a slow server produces
-    /// ([`Error::is_transient`]: no answer, `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`,
+    /// ([`Error::is_transient`](tairlock::Error::is_transient): no answer, `CLUSTERDOWN`, `MOVED`, `TRYAGAIN`, `LOADING`,
     /// `READONLY`, ...): the attempt is repeated with backoff and the same nonce, so an admission
     /// the lost attempt made is found rather than orphaned. The single-attempt calls
     /// (`try_read`, `try_write`, ...) return those errors at once.

@@ -314,39 +314,23 @@ pub(crate) enum OwnerKey {
 
 pub(crate) type HoldKey = (OwnerKey, String);
 
-/// Per-client local state: one FIFO queue per lock name being acquired, and the reentrant
+/// Per-client local state: the engine's waiters (a FIFO queue per lock name), and the reentrant
 /// holds of every owner.
 pub(crate) struct Local<S: Store> {
-    queues: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) waiters: tairlock::engine::Waiters,
     holds: Mutex<HashMap<HoldKey, Arc<Slot<S>>>>,
 }
 
 impl<S: Store> Default for Local<S> {
     fn default() -> Self {
         Local {
-            queues: Mutex::default(),
+            waiters: Default::default(),
             holds: Mutex::default(),
         }
     }
 }
 
 impl<S: Store> Local<S> {
-    pub(crate) fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.queues
-            .lock()
-            .entry(name.to_owned())
-            .or_default()
-            .clone()
-    }
-
-    pub(crate) fn forget(&self, name: &str, queue: Arc<tokio::sync::Mutex<()>>) {
-        let mut queues = self.queues.lock();
-        // Ours and the map's: nobody else is queued.
-        if Arc::strong_count(&queue) == 2 {
-            queues.remove(name);
-        }
-    }
-
     pub(crate) fn find(&self, key: &HoldKey) -> Option<Arc<Slot<S>>> {
         self.holds.lock().get(key).cloned()
     }
@@ -888,9 +872,9 @@ pub(crate) fn short(nonce: &str) -> String {
 }
 
 /// The local instant by which a lease of `ttl` requested at `sent` must be considered gone: the
-/// core's drift allowance (1% + 2 ms).
+/// core's drift rule ([`local_deadline`](tairlock::engine::local_deadline)).
 pub(crate) fn deadline(sent: Instant, ttl: Duration) -> Instant {
-    sent + ttl.saturating_sub(ttl / 100 + Duration::from_millis(2))
+    tairlock::engine::local_deadline(sent, ttl)
 }
 
 fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {

@@ -15,6 +15,7 @@
 //! |---|---|---|---|---|
 //! | `loom_naive_setnx_expire_is_caught` | [here](self) | `naive-setnx-expire` ×3, `c1` may crash | foreign deletion (F4), overlap, stuck key (crash between `SETNX` and `EXPIRE`) | — |
 //! | `loom_expire_lock_holds` | [here](self) | expire lock ×3 (acquire, renew, release), `c1` may crash | — | foreign deletion, overlap, stuck key, fence order |
+//! | `loom_fair_queue_holds` | [here](self) | the expire lock in fair mode ×3 (queue, handoff, confirm, leave), `c1` may crash, waiter leases lapse | — | foreign deletion, overlap, fence order, stuck key, orphaned grant |
 //! | `loom_reentrant_map_holds` | [here](self) | one owner on two threads (one re-entering), another owner | — | local count vs server, double release, foreign release, leaked hold |
 //! | `loom_legacy_getset_is_caught` | `tairlock-legacy` | `GetSetLock` ×3, `c1` may crash | foreign deletion (F4b), foreign overwrite (F3), overlap | — |
 //! | `loom_legacy_watch_holds`, `loom_legacy_scripted_holds` | `tairlock-legacy` | `WatchLock` / `ScriptedLock` ×3 | — | the same, fence order, stuck key |
@@ -28,5 +29,7 @@ pub mod harness;
 
 #[cfg(test)]
 mod loom_expire_lock;
+#[cfg(test)]
+mod loom_fair;
 #[cfg(test)]
 mod loom_reentrant;

@@ -10,7 +10,8 @@
 //!    `ttl − elapsed − drift` (`drift = ttl/100 + 2 ms`) is still positive;
 //! 3. otherwise delete the key on **every** server (including those that seemed to fail: their
 //!    reply may have been lost after the write), wait a random delay, and retry until the
-//!    caller's timeout;
+//!    caller's timeout (then [`acquire`](Redlock::acquire) returns `Ok(None)`, as every lock
+//!    kind does when its patience runs out);
 //! 4. [`extend`](Redlock::extend) moves the TTL only where the value is still ours and counts only
 //!    when a majority did so within the new validity; [`release`](Redlock::release) deletes
 //!    where the value is still ours, on all servers.
@@ -31,7 +32,8 @@
 //! With at most a minority of servers down or partitioned, and bounded clock drift between the
 //! servers' expiry clocks and the client's monotonic clock, two clients never both hold a lease
 //! whose [`deadline`](RedlockLease::deadline) has not passed. Killing a minority keeps locking
-//! working; with a majority down, [`acquire`](Redlock::acquire) fails cleanly within its timeout.
+//! working; with a majority down, [`acquire`](Redlock::acquire) gives up cleanly within its timeout
+//! (`Ok(None)`).
 //!
 //! # Not guaranteed
 //!
@@ -54,12 +56,14 @@
 //! Kleppmann ("How to do distributed locking", 2016) and antirez ("Is Redlock safe?", 2016)
 //! discuss these trade-offs; for correctness-critical mutual exclusion prefer fencing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::engine::{Attempt, Kind, Patience, Waiters};
+use crate::error::{Error, Result};
 use crate::keys::Keyspace;
 use crate::script::{Reply, Script};
 use crate::store::Store;
@@ -98,7 +102,7 @@ pub struct RedlockOptions {
     /// How long one server may take to answer one command (default 50 ms); small against the TTL.
     pub server_timeout: Duration,
     /// The base pause between two attempts of [`Redlock::acquire`]; each pause is random in
-    /// `[base/2, base * 3/2)` (default 50 ms).
+    /// `[base/2, base)` (default 50 ms).
     pub retry_delay: Duration,
     /// Clock drift allowed for, as a fraction of the TTL (default 0.01; 2 ms are always added).
     pub drift_factor: f64,
@@ -187,6 +191,49 @@ impl RedlockLease {
 pub struct Redlock<S> {
     servers: Vec<S>,
     options: RedlockOptions,
+    waiters: Arc<Waiters>,
+}
+
+/// Redlock's steps for the [engine](crate::engine): one round of `SET NX PX` under the
+/// acquisition's value; undone by the compare-and-delete on every server.
+#[derive(Clone)]
+struct Step<S> {
+    redlock: Redlock<S>,
+    key: Arc<str>,
+    ttl: Duration,
+}
+
+impl<S: Store> Kind for Step<S> {
+    type Store = S;
+    type Held = RedlockLease;
+
+    fn store(&self) -> &S {
+        &self.redlock.servers[0]
+    }
+
+    /// Nothing is announced on independent masters: waiters poll.
+    fn channel(&self) -> Option<&str> {
+        None
+    }
+
+    async fn attempt(&self, value: &str) -> Result<Attempt<RedlockLease>> {
+        Ok(
+            match self.redlock.attempt(&self.key, self.ttl, value).await {
+                Some(lease) => Attempt::Acquired(lease),
+                None => Attempt::Busy { remaining: None },
+            },
+        )
+    }
+
+    async fn undo(self, value: String) {
+        let lease = RedlockLease {
+            key: self.key.to_string(),
+            value,
+            deadline: Instant::now(),
+            granted: 0,
+        };
+        self.redlock.release(&lease).await;
+    }
 }
 
 impl<S: Store> Redlock<S> {
@@ -194,12 +241,16 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for an empty list.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty list.
     pub fn new(servers: Vec<S>, options: RedlockOptions) -> Result<Self> {
         if servers.is_empty() {
             return Err(Error::invalid("redlock needs at least one server"));
         }
-        Ok(Redlock { servers, options })
+        Ok(Redlock {
+            servers,
+            options,
+            waiters: Arc::default(),
+        })
     }
 
     /// The servers.
@@ -213,7 +264,7 @@ impl<S: Store> Redlock<S> {
     }
 
     fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.options.drift_factor.max(0.0)) + Duration::from_millis(2)
+        crate::engine::drift(ttl, self.options.drift_factor)
     }
 
     /// One attempt: `Some(lease)` iff a majority granted within the validity; otherwise every
@@ -221,7 +272,7 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for a bad name or TTL. Unreachable servers are not errors:
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad name or TTL. Unreachable servers are not errors:
     /// they count as refusals.
     ///
     /// # Cancel safety
@@ -230,20 +281,22 @@ impl<S: Store> Redlock<S> {
     pub async fn try_acquire(&self, name: &str, ttl: Duration) -> Result<Option<RedlockLease>> {
         let key = self.options.keyspace.key(name, ":redlock")?;
         crate::expire_lock::ttl_ms(ttl)?;
-        let value = crate::lease::nonce();
+        Ok(self.attempt(&key, ttl, &crate::lease::nonce()).await)
+    }
+
+    /// One round under `value`: `SET NX PX` everywhere; the lease iff a majority granted within
+    /// the validity, else released everywhere.
+    async fn attempt(&self, key: &str, ttl: Duration, value: &str) -> Option<RedlockLease> {
         let start = Instant::now();
-        let granted = join_all(self.servers.iter().map(|s| {
-            let (key, value) = (&key, &value);
-            async move {
-                matches!(
-                    tokio::time::timeout(
-                        self.options.server_timeout,
-                        s.set_nx_px(key, value.as_bytes(), ttl)
-                    )
-                    .await,
-                    Ok(Ok(true))
+        let granted = join_all(self.servers.iter().map(|s| async move {
+            matches!(
+                tokio::time::timeout(
+                    self.options.server_timeout,
+                    s.set_nx_px(key, value.as_bytes(), ttl)
                 )
-            }
+                .await,
+                Ok(Ok(true))
+            )
         }))
         .await
         .into_iter()
@@ -251,53 +304,53 @@ impl<S: Store> Redlock<S> {
         .count();
         let deadline = start + ttl.saturating_sub(self.drift(ttl));
         let lease = RedlockLease {
-            key,
-            value,
+            key: key.to_owned(),
+            value: value.to_owned(),
             deadline,
             granted,
         };
         if granted >= self.quorum() && Instant::now() < deadline {
-            return Ok(Some(lease));
+            return Some(lease);
         }
         self.release(&lease).await;
-        Ok(None)
+        None
     }
 
-    /// Retry [`try_acquire`](Self::try_acquire) after random pauses until it succeeds or
-    /// `timeout` has passed.
+    /// Retry [`try_acquire`](Self::try_acquire) after random pauses (half to all of
+    /// [`retry_delay`](RedlockOptions::retry_delay)) until it succeeds, or `None` once `timeout`
+    /// has passed. The waiting is the [engine](crate::engine)'s, as for every lock kind: the
+    /// acquires of this value (and its clones) for one name queue locally, first come first
+    /// served, and only the head sends; every round of one acquisition uses the same value.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Timeout`] when no majority was gained in time (the last attempt's count is in
-    /// the message); [`ErrorKind::InvalidInput`] as `try_acquire`.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) as `try_acquire`. Not gaining a majority in time is `Ok(None)`,
+    /// not an error.
     ///
     /// # Cancel safety
     ///
-    /// As [`try_acquire`](Self::try_acquire).
+    /// Cancel safe: dropped while a round is in flight, a background task deletes the
+    /// acquisition's value everywhere it is still the key's.
     pub async fn acquire(
         &self,
         name: &str,
         ttl: Duration,
         timeout: Duration,
-    ) -> Result<RedlockLease> {
-        let give_up = Instant::now() + timeout;
-        loop {
-            if let Some(lease) = self.try_acquire(name, ttl).await? {
-                return Ok(lease);
-            }
-            let base = self.options.retry_delay.as_secs_f64();
-            let pause = Duration::from_secs_f64(base * (0.5 + rand::random::<f64>()));
-            if Instant::now() + pause >= give_up {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "redlock {name:?}: no majority of {} servers within {timeout:?}",
-                        self.servers.len()
-                    ),
-                ));
-            }
-            tokio::time::sleep(pause).await;
-        }
+    ) -> Result<Option<RedlockLease>> {
+        let key = self.options.keyspace.key(name, ":redlock")?;
+        crate::expire_lock::ttl_ms(ttl)?;
+        let step = Step {
+            redlock: self.clone(),
+            key: key.into(),
+            ttl,
+        };
+        let delay = self.options.retry_delay;
+        let wait = crate::WaitStrategy::Poll {
+            min: delay,
+            max: delay,
+        };
+        let patience = Patience::from_timeout(Some(timeout));
+        crate::engine::acquire(&self.waiters, name, wait, patience, step).await
     }
 
     /// Extend the lease to `ttl` from now where it is still ours: `Some(new lease)` iff a
@@ -306,7 +359,7 @@ impl<S: Store> Redlock<S> {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for a bad TTL.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad TTL.
     pub async fn extend(
         &self,
         lease: &RedlockLease,

@@ -7,6 +7,8 @@
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
 //! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
+//! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
+//! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
 //!
 //! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
 //! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
@@ -16,18 +18,23 @@
 
 mod expire_lock;
 mod expire_unlock;
+mod fair;
 mod force_unlock;
 mod inspect;
 mod renew;
 
 pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
+pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
 pub use self::inspect::INSPECT;
 pub use self::renew::RENEW;
 
 use crate::script::Script;
 use crate::store::memory::{CommandError, CommandResult, Db};
+
+/// The fair mode's scripts ([`Options::fair`](crate::Options::fair)).
+pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [

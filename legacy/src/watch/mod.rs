@@ -137,6 +137,7 @@ pub struct WatchLock<S: WatchStore> {
     store: S,
     options: Options,
     pool: Arc<parking_lot::Mutex<Vec<S::Connection>>>,
+    waiters: Arc<tairlock::engine::Waiters>,
 }
 
 impl<S: WatchStore> Clone for WatchLock<S> {
@@ -145,6 +146,7 @@ impl<S: WatchStore> Clone for WatchLock<S> {
             store: self.store.clone(),
             options: self.options.clone(),
             pool: self.pool.clone(),
+            waiters: self.waiters.clone(),
         }
     }
 }
@@ -171,6 +173,7 @@ impl<S: WatchStore> WatchLock<S> {
             store,
             options,
             pool: Arc::new(parking_lot::Mutex::new(Vec::new())),
+            waiters: Arc::default(),
         }
     }
 
@@ -219,18 +222,25 @@ impl<S: WatchStore> WatchLock<S> {
     }
 
     /// [`try_acquire`](Self::try_acquire) until acquired, sleeping
-    /// [`poll_interval`](Options::poll_interval) (or the holder's remaining time, if shorter)
-    /// between attempts; `None` once [`acquire_timeout`](Options::acquire_timeout) has passed.
+    /// [`poll_interval`](Options::poll_interval) (jittered: half to all of it) or the holder's
+    /// remaining time, if shorter, between attempts; `None` once
+    /// [`acquire_timeout`](Options::acquire_timeout) has passed. The waiting is the core's
+    /// [engine](tairlock::engine): the acquires of this value (and its clones) for one key queue
+    /// locally, first come first served, and only the head sends.
     ///
     /// # Errors
     ///
-    /// As [`try_acquire`](Self::try_acquire).
+    /// As [`try_acquire`](Self::try_acquire), except that transient errors
+    /// ([`Error::is_transient`](tairlock::Error::is_transient): no answer, a failover) are
+    /// retried with backoff until `acquire_timeout` (without one, until they last a minute in a
+    /// row). A lock an unanswered attempt took cannot be recognised as ours (the value has no
+    /// owner id): it is waited out like anyone's.
     ///
     /// # Cancel safety
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, key: &str, lease: Duration) -> Result<Option<Holding>> {
-        crate::poll_acquire(&self.options, || self.try_acquire(key, lease)).await
+        crate::acquire(self, key, lease).await
     }
 
     /// A release, not yet started; see [`release`](Self::release).
@@ -892,5 +902,25 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                 None => return Err(unexpected()),
             },
         })
+    }
+}
+
+impl<S: WatchStore> crate::TryStep for WatchLock<S> {
+    type Store = S;
+
+    fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn options(&self) -> &Options {
+        &self.options
+    }
+
+    fn waiters(&self) -> &tairlock::engine::Waiters {
+        &self.waiters
+    }
+
+    async fn try_acquire(&self, key: &str, lease: Duration) -> Result<TryAcquire> {
+        WatchLock::try_acquire(self, key, lease).await
     }
 }

@@ -15,6 +15,7 @@ use tairlock::Store;
 use super::client::{Client, Step};
 
 pub mod expire_lock;
+pub mod fair_expire_lock;
 pub mod legacy_getset;
 pub mod legacy_scripted;
 pub mod legacy_watch;
@@ -24,6 +25,7 @@ pub mod rw_scripted;
 pub mod rw_two_step;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
+pub use self::fair_expire_lock::FairExpireLock;
 pub use self::legacy_getset::LegacyGetSet;
 pub use self::legacy_scripted::LegacyScripted;
 pub use self::legacy_watch::LegacyWatch;
@@ -129,6 +131,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
         Box::new(ExpireLockAlgorithm),
+        Box::new(FairExpireLock::default()),
         Box::new(LegacyGetSet),
         Box::new(LegacyScripted),
         Box::new(RwTwoStep),
@@ -143,6 +146,7 @@ pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
         Box::new(ExpireLockAlgorithm),
+        Box::new(FairExpireLock::default()),
         Box::new(LegacyGetSet),
         Box::new(LegacyWatch),
         Box::new(LegacyScripted),

@@ -1,0 +1,101 @@
+//! `fair-expire-lock`: the core crate's expire lock in fair mode — a FIFO of waiters on the
+//! server, and releases that hand the lock to the first live waiter in the same step.
+//!
+//! Each client keeps one nonce per acquisition, so that its repeated attempts keep one place in
+//! the queue and find a grant made to it. A crashed client's place (and a grant made to it)
+//! lapses with its waiter lease.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tairlock::{ExpireLock, FairAttempt, Keyspace, Lease, Options, Store};
+
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use crate::race::client::{Client, Step};
+
+/// See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct FairExpireLock {
+    /// Each client's current acquisition nonce.
+    nonces: parking_lot::Mutex<HashMap<usize, String>>,
+}
+
+/// The waiter lease of the race's fair clients: short against the race's leases, so a crashed
+/// waiter holds the queue up briefly.
+const WAITER_LEASE: Duration = Duration::from_millis(300);
+
+fn locks<S: Store>(cx: &Client<S>) -> ExpireLock<super::super::client::RaceStore<S>> {
+    // The race names its keys itself: no prefix, the race key is the lock name's hash tag.
+    let keyspace = Keyspace::new("").expect("empty prefix is valid");
+    let options = Options::default()
+        .keyspace(keyspace)
+        .fair(true)
+        .waiter_lease(WAITER_LEASE);
+    ExpireLock::with_options(cx.store().clone(), options)
+}
+
+impl<S: Store> Algorithm<S> for FairExpireLock {
+    fn name(&self) -> &'static str {
+        "fair-expire-lock"
+    }
+
+    fn expectation(&self) -> Expectation {
+        Expectation::Safe
+    }
+
+    fn fenced(&self) -> bool {
+        true
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Step<Attempt>> {
+        Box::pin(async move {
+            let nonce = self
+                .nonces
+                .lock()
+                .entry(cx.id())
+                .or_insert_with(tairlock::new_nonce)
+                .clone();
+            cx.pause("acquire:before").await?;
+            match locks(cx).fair_attempt(lock, ttl, &nonce, true).await? {
+                FairAttempt::Acquired(lease) => {
+                    self.nonces.lock().remove(&cx.id());
+                    Ok(Attempt::Acquired(Holding {
+                        value: lease.value().as_bytes().to_vec(),
+                        fence: Some(lease.fence()),
+                        deadline: lease.deadline().expect("an acquired lease has a deadline"),
+                    }))
+                }
+                // Refresh the place well within the waiter lease (which also finds a grant).
+                FairAttempt::Busy { remaining } => Ok(Attempt::Busy {
+                    retry_after: Some(remaining.min(WAITER_LEASE / 3)),
+                }),
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        holding: Holding,
+    ) -> BoxFuture<'a, Step<()>> {
+        Box::pin(async move {
+            cx.pause("release:before").await?;
+            let value = String::from_utf8(holding.value).expect("leases are text");
+            let lease = Lease::parse(&value).expect("our own lease parses");
+            // Compare-and-delete, then a grant to the next waiter in the same step.
+            locks(cx).expire_unlock(lock, &lease).await?;
+            Ok(())
+        })
+    }
+
+    fn keys(&self, lock: &str) -> Vec<String> {
+        let key = format!("{{{lock}}}");
+        vec![key.clone(), format!("{key}:fairq"), format!("{key}:fairw")]
+    }
+}

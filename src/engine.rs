@@ -1,0 +1,672 @@
+//! The one acquire engine: every lock kind waits here.
+//!
+//! A lock kind supplies only its *attempt* step ([`Kind::attempt`]: acquired, or busy with the
+//! holder's remaining time when the server said) and the *undo* of whatever an attempt may have
+//! left behind ([`Kind::undo`]). Everything about waiting is defined once, here:
+//!
+//! - **The local FIFO** ([`Waiters`]): the waiters of one client for one lock name line up, and
+//!   only the head talks to the server, so N local waiters cost O(1) commands per handoff and
+//!   none starves.
+//! - **Patience** ([`Patience`]): one attempt, until a deadline, or forever. Not getting the lock
+//!   in time is `Ok(None)` for every kind; errors are for what went wrong.
+//! - **The wait between attempts**: by release notification on the kind's channel, subscribed
+//!   only once the first attempt found the lock busy (an uncontended acquire never subscribes),
+//!   or by jittered, capped exponential back-off ([`WaitStrategy`]); never past the holder's
+//!   remaining time, nor past the kind's refresh interval.
+//! - **Transient errors** ([`Error::is_transient`](crate::Error::is_transient): no answer, a failover): a waiting call rides
+//!   them with back-off ([`Transient`]); the attempt is repeated with the *same nonce*, so a
+//!   repeat finds what the unanswered one took. A single attempt returns them at once.
+//! - **Cancel cleanup**: armed from the moment an attempt is sent until its outcome is known (and
+//!   while a refused attempt leaves something behind, such as a writer's intent). Dropped while
+//!   armed, or returning an error, the engine undoes in the background whatever the nonce may
+//!   hold; giving up in time, it undoes at once.
+//! - **The drift rule** ([`local_deadline`]): the local instant a lease must stop being relied on.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::error::Result;
+use crate::notify::{Notifier, Watch};
+use crate::store::Store;
+use crate::wait::WaitStrategy;
+
+/// How long to wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Patience {
+    /// One attempt; busy means `None`. Transient errors are returned at once.
+    Once,
+    /// Until this instant, then `None`.
+    Until(Instant),
+    /// Until acquired.
+    Forever,
+}
+
+impl Patience {
+    /// Until `timeout` from now.
+    pub fn within(timeout: Duration) -> Self {
+        Patience::Until(Instant::now() + timeout)
+    }
+
+    /// `None`: forever; a zero timeout: once; otherwise until `timeout` from now.
+    pub fn from_timeout(timeout: Option<Duration>) -> Self {
+        match timeout {
+            None => Patience::Forever,
+            Some(t) if t.is_zero() => Patience::Once,
+            Some(t) => Patience::within(t),
+        }
+    }
+
+    /// The instant this patience ends, if it does.
+    pub fn deadline(self) -> Option<Instant> {
+        match self {
+            Patience::Until(deadline) => Some(deadline),
+            _ => None,
+        }
+    }
+
+    /// Whether more than one attempt is allowed.
+    pub fn waits(self) -> bool {
+        self != Patience::Once
+    }
+}
+
+/// The outcome of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt<T> {
+    /// Ours.
+    Acquired(T),
+    /// Somebody else's.
+    Busy {
+        /// How long the holder (or blocker) holds on, when the server said.
+        remaining: Option<Duration>,
+    },
+}
+
+/// One lock kind's steps, for [`acquire`]: what to send, and how to undo it.
+pub trait Kind: Clone + Send + Sync + 'static {
+    /// The store its notifier and background runtime come from.
+    type Store: Store;
+    /// What an acquisition yields.
+    type Held: Send;
+
+    /// The store.
+    fn store(&self) -> &Self::Store;
+
+    /// The channel its releases are announced on; `None` for kinds that announce nothing (they
+    /// poll).
+    fn channel(&self) -> Option<&str>;
+
+    /// One attempt under `nonce` (the same nonce for every attempt of one acquisition). Must be
+    /// safe to repeat: a repeat of an attempt whose reply was lost finds what it took.
+    fn attempt(&self, nonce: &str) -> impl Future<Output = Result<Attempt<Self::Held>>> + Send;
+
+    /// Remove whatever attempts under `nonce` may have left on the server: an acquisition whose
+    /// reply never came, a waiting writer's intent. Best effort; the lease bounds it anyway.
+    fn undo(self, nonce: String) -> impl Future<Output = ()> + Send + 'static;
+
+    /// Whether a refused attempt leaves something behind that giving up must undo (a waiting
+    /// writer's intent).
+    fn busy_leaves_trace(&self) -> bool {
+        false
+    }
+
+    /// The longest wait between two attempts regardless of the holder (a waiting writer
+    /// re-asserts its intent well within its lease).
+    fn refresh_every(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// How long to wait when the server could not say how long the holder holds on.
+pub const UNKNOWN_WAIT: Duration = Duration::from_millis(250);
+
+/// How long a waiting call rides through errors that a failover produces when it has no
+/// deadline of its own ([`Patience::Forever`]): a failover settles well within this.
+pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The clock drift allowed for by default, as a fraction of the lease.
+pub const DRIFT_FACTOR: f64 = 0.01;
+
+/// The drift allowance for a lease of `ttl`: `ttl × factor + 2 ms`.
+pub fn drift(ttl: Duration, factor: f64) -> Duration {
+    ttl.mul_f64(factor.max(0.0)) + Duration::from_millis(2)
+}
+
+/// The drift rule: the local instant by which a lease of `ttl`, asked for at `sent`, must stop
+/// being relied on — `sent + ttl − (1% of ttl + 2 ms)`. Every lock kind's deadline is this.
+pub fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(drift(ttl, DRIFT_FACTOR))
+}
+
+/// Back-off between attempts that met a transient error (a failover, a timeout): doubling from
+/// 50 ms up to 1 s, jittered.
+#[derive(Debug)]
+pub struct Transient {
+    next: Duration,
+    since: Option<Instant>,
+}
+
+impl Default for Transient {
+    fn default() -> Self {
+        Transient::new()
+    }
+}
+
+impl Transient {
+    /// A new episode.
+    pub fn new() -> Self {
+        Transient {
+            next: Duration::from_millis(50),
+            since: None,
+        }
+    }
+
+    /// An attempt was answered: the next transient error starts a new episode.
+    pub fn answered(&mut self) {
+        *self = Transient::new();
+    }
+
+    /// After a transient error: sleep and return true when another attempt fits before
+    /// `deadline` (for `None`, within [`FAILOVER_PATIENCE`] of the first error in a row); false
+    /// (at once) when the caller should give up and return the error.
+    pub async fn wait(&mut self, deadline: Option<Instant>) -> bool {
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        let deadline = deadline.unwrap_or(since + FAILOVER_PATIENCE);
+        let pause = self.next.mul_f64(rand::rng().random_range(0.5..1.0));
+        if now + pause >= deadline {
+            return false;
+        }
+        self.next = (self.next * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(pause).await;
+        true
+    }
+}
+
+type Queue = Arc<tokio::sync::Mutex<()>>;
+
+/// One client's local waiting state: a FIFO queue (a fair async mutex) per lock name being
+/// acquired, and the store's notifier once a wait needed it. Shared by the clones of a lock.
+#[derive(Default)]
+pub struct Waiters {
+    queues: Mutex<HashMap<String, Queue>>,
+    /// A random id for this client, naming its wake channels (the fair mode).
+    id: OnceLock<String>,
+    /// The store's notifier, once a wait needed it: later acquires look (without a round trip)
+    /// whether their channel is still subscribed before their first attempt.
+    notifier: OnceLock<Notifier>,
+}
+
+impl fmt::Debug for Waiters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waiters")
+            .field("queues", &self.queues.lock().len())
+            .finish()
+    }
+}
+
+impl Waiters {
+    /// This client's random id (16 hex digits).
+    pub fn id(&self) -> &str {
+        self.id
+            .get_or_init(|| crate::lease::nonce()[..16].to_owned())
+    }
+
+    fn queue(&self, name: &str) -> Queue {
+        self.queues
+            .lock()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The store's notifier (made within `deadline` and the subscribe limit), remembered.
+    async fn notifier<S: Store>(&self, store: &S, deadline: Option<Instant>) -> Option<Notifier> {
+        if let Some(n) = self.notifier.get() {
+            return Some(n.clone());
+        }
+        let n = crate::notify::notifier_by(store, deadline).await?;
+        Some(self.notifier.get_or_init(|| n).clone())
+    }
+
+    /// Watch `channel` if it is subscribed already (no round trip), else `None`.
+    fn watching(&self, channel: &str) -> Option<Watch> {
+        self.notifier.get()?.watching(channel)
+    }
+}
+
+/// A place in a local queue; leaving drops the queue when nobody else is in it (also when the
+/// acquire is cancelled).
+struct Ticket<'a> {
+    waiters: &'a Waiters,
+    name: &'a str,
+    queue: Queue,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut queues = self.waiters.queues.lock();
+        // Ours and the map's: nobody else is queued.
+        if Arc::strong_count(&self.queue) == 2 {
+            queues.remove(self.name);
+        }
+    }
+}
+
+/// Armed while an attempt's outcome is unknown (or a refused one left something behind): on
+/// drop while armed (the acquire was cancelled, or returns an error), undoes in the background.
+struct Cleanup<K: Kind> {
+    kind: K,
+    nonce: String,
+    armed: bool,
+}
+
+impl<K: Kind> Cleanup<K> {
+    /// Undo now (a waiter that gives up in time leaves nothing behind).
+    async fn finish(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            self.kind.clone().undo(self.nonce.clone()).await;
+        }
+    }
+}
+
+impl<K: Kind> Drop for Cleanup<K> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let undo = self.kind.clone().undo(std::mem::take(&mut self.nonce));
+        crate::blocking::spawn_handle(self.kind.store().runtime()).spawn(undo);
+    }
+}
+
+/// Acquire with `kind`'s attempt step, waiting per `patience` and `wait` in `waiters`' queue for
+/// `name`: `Some` when acquired, `None` when the patience ran out first (a single attempt: the
+/// lock was busy, or a local waiter was ahead).
+///
+/// # Errors
+///
+/// The attempt's errors other than transient ones; transient ones ([`Error::is_transient`]) at
+/// once for [`Patience::Once`], else once they outlast the patience (a minute in a row for
+/// [`Patience::Forever`]).
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropped while an attempt's outcome is unknown (or while a refused attempt left
+/// something behind), it undoes what the nonce may hold in the background.
+///
+/// [`Error::is_transient`]: crate::Error::is_transient
+pub async fn acquire<K: Kind>(
+    waiters: &Waiters,
+    name: &str,
+    wait: WaitStrategy,
+    patience: Patience,
+    kind: K,
+) -> Result<Option<K::Held>> {
+    let deadline = patience.deadline();
+    // Whether this acquire waits by notification.
+    let channel = match wait {
+        WaitStrategy::Notify if patience.waits() => kind.channel().map(str::to_owned),
+        _ => None,
+    };
+    let ticket = Ticket {
+        waiters,
+        name,
+        queue: waiters.queue(name),
+    };
+    let mut watch = None;
+    let _turn = match ticket.queue.try_lock() {
+        Ok(turn) => turn,
+        // A local waiter is ahead: the lock is busy as far as we are concerned.
+        Err(_) if !patience.waits() => return Ok(None),
+        Err(_) => {
+            // Local contention: watch the channel while queued, not only once at the head, so
+            // the subscription lives as long as anyone here waits. Otherwise each new head
+            // subscribes and each departing one unsubscribes: two extra commands per handoff
+            // (tests/lock_waiting.rs counts them). Registering waits for nobody: the
+            // subscription is asked for in the background.
+            if let Some(channel) = &channel {
+                watch = waiters
+                    .notifier(kind.store(), deadline)
+                    .await
+                    .map(|n| n.register(channel));
+            }
+            match deadline {
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, ticket.queue.lock()).await {
+                        Ok(turn) => turn,
+                        Err(_) => return Ok(None),
+                    }
+                }
+                None => ticket.queue.lock().await,
+            }
+        }
+    };
+    if let Some(channel) = &channel
+        && watch.is_none()
+    {
+        // Free if the channel is still subscribed from a recent wait: then a refusal of the
+        // first attempt needs no second one.
+        watch = waiters.watching(channel);
+    }
+    let (min, max) = match wait {
+        WaitStrategy::Poll { min, max } => (min, max),
+        WaitStrategy::Notify => (Duration::from_millis(10), Duration::from_millis(200)),
+    };
+    let mut backoff = min;
+    // One nonce for the whole acquisition: a repeat of an unanswered attempt finds what it took,
+    // and whatever a refused attempt left (an intent) is recognised as ours.
+    let mut cleanup = Cleanup {
+        kind: kind.clone(),
+        nonce: crate::lease::nonce(),
+        armed: false,
+    };
+    let mut transient = Transient::new();
+    // Whether this acquire has waited for its subscription once already: a waiter waits for it
+    // at most once (bounded by its patience and the subscribe limit), then polls until the
+    // subscription comes through in the background.
+    let mut waited_for_subscription = false;
+    let mut subscribe = false;
+    loop {
+        if std::mem::take(&mut subscribe)
+            && let Some(channel) = &channel
+        {
+            // Busy: only now listen (an uncontended acquire never subscribes), within the
+            // caller's patience, then try again at once: a release between the refused attempt
+            // and the subscription must not be missed.
+            if watch.is_none() {
+                watch = waiters
+                    .notifier(kind.store(), deadline)
+                    .await
+                    .map(|n| n.register(channel));
+            }
+            if let Some(w) = &watch {
+                w.subscribed_by(deadline).await;
+            }
+        }
+        // A message counts only on a subscription confirmed before the attempt: a release
+        // announced before that went unheard.
+        let listening = watch.as_ref().is_some_and(Watch::is_subscribed);
+        let notified = watch.as_ref().map(Watch::notified);
+        let mut notified = pin!(notified);
+        if let Some(n) = notified.as_mut().as_pin_mut() {
+            n.enable();
+        }
+        cleanup.armed = true;
+        let remaining = match kind.attempt(&cleanup.nonce).await {
+            Ok(Attempt::Acquired(held)) => {
+                cleanup.armed = false;
+                return Ok(Some(held));
+            }
+            Ok(Attempt::Busy { remaining }) => {
+                transient.answered();
+                cleanup.armed = kind.busy_leaves_trace();
+                remaining
+            }
+            // A failover, a slow server: a waiting call tries again within its patience (a
+            // single attempt returns the error at once). The cleanup stays armed.
+            Err(e) if e.is_transient() && patience.waits() => {
+                if transient.wait(deadline).await {
+                    continue;
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        if !patience.waits() || deadline.is_some_and(|d| now >= d) {
+            cleanup.finish().await;
+            return Ok(None);
+        }
+        if channel.is_some() && !listening && !waited_for_subscription {
+            waited_for_subscription = true;
+            subscribe = true;
+            continue;
+        }
+        // Never sleep past the holder's lease: it may expire without a release.
+        let mut until = now + remaining.unwrap_or(UNKNOWN_WAIT) + Duration::from_millis(1);
+        if let Some(every) = kind.refresh_every() {
+            until = until.min(now + every);
+        }
+        if !listening {
+            // Polling: no channel or no subscription (a store without notifications, a refused
+            // or stalled one), or one confirmed only after this attempt.
+            let jittered = backoff.mul_f64(rand::rng().random_range(0.5..1.0));
+            until = until.min(now + jittered);
+            backoff = (backoff * 2).clamp(min, max);
+        }
+        if let Some(deadline) = deadline {
+            until = until.min(deadline);
+        }
+        match notified.as_mut().as_pin_mut() {
+            Some(n) => {
+                tokio::select! {
+                    () = n => {}
+                    () = tokio::time::sleep_until(until) => {}
+                }
+            }
+            None => tokio::time::sleep_until(until).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use super::*;
+    use crate::error::{Error, ErrorKind};
+    use crate::store::MemoryStore;
+
+    /// What the fake kind's next attempt answers.
+    #[derive(Debug, Clone, Copy)]
+    enum Answer {
+        Acquire,
+        Busy(Duration),
+        Transient,
+        Hang,
+    }
+
+    /// A kind whose attempts answer from a script (busy for an hour once it runs out), and
+    /// which records the nonces it was asked to attempt and to undo.
+    #[derive(Clone)]
+    struct Fake {
+        store: MemoryStore,
+        script: Arc<Mutex<VecDeque<Answer>>>,
+        attempts: Arc<Mutex<Vec<String>>>,
+        undone: Arc<Mutex<Vec<String>>>,
+        trace: bool,
+    }
+
+    impl Fake {
+        fn new(script: &[Answer]) -> Self {
+            Fake {
+                store: MemoryStore::new(),
+                script: Arc::new(Mutex::new(script.iter().copied().collect())),
+                attempts: Arc::default(),
+                undone: Arc::default(),
+                trace: false,
+            }
+        }
+
+        fn attempts(&self) -> Vec<String> {
+            self.attempts.lock().clone()
+        }
+
+        fn undone(&self) -> Vec<String> {
+            self.undone.lock().clone()
+        }
+    }
+
+    impl Kind for Fake {
+        type Store = MemoryStore;
+        type Held = String;
+
+        fn store(&self) -> &MemoryStore {
+            &self.store
+        }
+
+        fn channel(&self) -> Option<&str> {
+            None
+        }
+
+        async fn attempt(&self, nonce: &str) -> Result<Attempt<String>> {
+            self.attempts.lock().push(nonce.to_owned());
+            let answer = self.script.lock().pop_front();
+            match answer.unwrap_or(Answer::Busy(Duration::from_secs(3600))) {
+                Answer::Acquire => Ok(Attempt::Acquired(nonce.to_owned())),
+                Answer::Busy(remaining) => Ok(Attempt::Busy {
+                    remaining: Some(remaining),
+                }),
+                Answer::Transient => Err(Error::new(ErrorKind::Timeout, "no answer")),
+                Answer::Hang => std::future::pending().await,
+            }
+        }
+
+        async fn undo(self, nonce: String) {
+            self.undone.lock().push(nonce);
+        }
+
+        fn busy_leaves_trace(&self) -> bool {
+            self.trace
+        }
+    }
+
+    const POLL_SLOWLY: WaitStrategy = WaitStrategy::Poll {
+        min: Duration::from_secs(10),
+        max: Duration::from_secs(10),
+    };
+
+    async fn run(kind: &Fake, patience: Patience) -> Result<Option<String>> {
+        acquire(
+            &Waiters::default(),
+            "n",
+            POLL_SLOWLY,
+            patience,
+            kind.clone(),
+        )
+        .await
+    }
+
+    /// Let spawned background work run.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_errors_repeat_the_attempt_under_the_same_nonce() {
+        use Answer::*;
+        let kind = Fake::new(&[Transient, Transient, Acquire]);
+        let held = run(&kind, Patience::Forever).await.unwrap().unwrap();
+        let attempts = kind.attempts();
+        assert_eq!(attempts.len(), 3);
+        assert!(attempts.iter().all(|n| *n == held), "{attempts:?}");
+        settle().await;
+        assert!(kind.undone().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_attempt_returns_a_transient_error_and_undoes_it_in_the_background() {
+        let kind = Fake::new(&[Answer::Transient]);
+        let err = run(&kind, Patience::Once).await.unwrap_err();
+        assert!(err.is_transient());
+        settle().await;
+        assert_eq!(kind.undone(), kind.attempts());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_is_none_for_every_kind_and_withdraws_what_waiting_left() {
+        let mut kind = Fake::new(&[]);
+        kind.trace = true;
+        let started = Instant::now();
+        let got = run(&kind, Patience::within(Duration::from_millis(300)))
+            .await
+            .unwrap();
+        assert_eq!(got, None);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        let attempts = kind.attempts();
+        assert!(attempts.len() >= 2, "{attempts:?}");
+        // Undone once, at once (not left to the background), under the acquisition's nonce.
+        assert_eq!(kind.undone(), vec![attempts[0].clone()]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_that_leaves_nothing_is_not_undone() {
+        let kind = Fake::new(&[]);
+        assert_eq!(run(&kind, Patience::Once).await.unwrap(), None);
+        let got = run(&kind, Patience::within(Duration::from_millis(50))).await;
+        assert_eq!(got.unwrap(), None);
+        settle().await;
+        assert!(kind.undone().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_attempt_is_undone_in_the_background() {
+        let kind = Fake::new(&[Answer::Hang]);
+        let cut = tokio::time::timeout(Duration::from_millis(50), run(&kind, Patience::Forever));
+        assert!(cut.await.is_err());
+        settle().await;
+        assert_eq!(kind.undone(), kind.attempts());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_sleeps_no_longer_than_the_holders_remaining_time() {
+        use Answer::*;
+        let kind = Fake::new(&[Busy(Duration::from_millis(40)), Acquire]);
+        let started = Instant::now();
+        assert!(run(&kind, Patience::Forever).await.unwrap().is_some());
+        // The poll interval is 10 s; the holder had 40 ms left.
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(100), "{took:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn local_waiters_line_up_and_only_the_head_attempts() {
+        let waiters = Arc::new(Waiters::default());
+        let kind = Fake::new(&[]);
+        let mut queued = Vec::new();
+        for _ in 0..4 {
+            let (waiters, kind) = (waiters.clone(), kind.clone());
+            queued.push(tokio::spawn(async move {
+                acquire(&waiters, "n", POLL_SLOWLY, Patience::Forever, kind).await
+            }));
+            settle().await;
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // Only the head has attempted (every 5-10 s, the jittered back-off); no other waiter
+        // has sent anything.
+        let nonces: std::collections::HashSet<_> = kind.attempts().into_iter().collect();
+        assert_eq!(nonces.len(), 1, "{nonces:?}");
+        // A single attempt does not wait behind them.
+        let once = acquire(&waiters, "n", POLL_SLOWLY, Patience::Once, kind.clone());
+        assert_eq!(once.await.unwrap(), None);
+        for task in queued {
+            task.abort();
+        }
+    }
+
+    #[test]
+    fn the_drift_rule_is_one_percent_and_two_milliseconds() {
+        let sent = Instant::now();
+        let ttl = Duration::from_secs(10);
+        assert_eq!(
+            local_deadline(sent, ttl),
+            sent + ttl - Duration::from_millis(102)
+        );
+        assert_eq!(
+            local_deadline(sent, Duration::from_millis(1)),
+            sent,
+            "never before it was sent"
+        );
+    }
+}

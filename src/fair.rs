@@ -1,0 +1,248 @@
+//! The fair mode of the expire lock ([`Options::fair`](crate::Options::fair)): a FIFO of waiters
+//! on the server, and direct handoff.
+//!
+//! - **The queue**: under the lock's hash tag, `<lock key>:fairq` (a sorted set: waiter nonce →
+//!   arrival, server µs) and `<lock key>:fairw` (a hash: waiter nonce → its lease end, its lease
+//!   length, its wake channel). A waiter joins when its attempt finds the lock busy and
+//!   refreshes its place with every attempt; the engine makes one at least every third of the
+//!   [waiter lease](crate::Options::waiter_lease). A waiter that crashed is skipped once its
+//!   waiter lease has run out. Only the head of a process's local queue is in the server's
+//!   queue: local waiters coalesce as in the plain mode.
+//! - **Direct handoff**: a release ([`ExpireLock::expire_unlock`] in fair mode, so every guard's
+//!   release) grants the lock in the same step to the first live waiter — a lease for that
+//!   waiter's nonce, for its waiter lease, with a strictly larger fencing token — and announces
+//!   `granted` on that waiter's wake channel (`<release channel>:w:<client id>`, one per client
+//!   and lock, in the lock's slot), so exactly that client wakes. Its next attempt finds the
+//!   lock held under its nonce and confirms it: the lease becomes the full length, same fence.
+//!   A granted waiter that died delays the next by at most its waiter lease; a lost announcement
+//!   costs the granted waiter at most a third of its waiter lease (its next refresh).
+//! - **Leaving**: a waiter that times out or is cancelled leaves the queue, and releases (and
+//!   hands on) a grant it may have received meanwhile.
+//! - **Mixing fair and plain clients on one lock**: exclusion holds regardless — every client
+//!   takes the same lock key in atomic scripts. Plain clients (and [`ExpireLock::expire_lock`],
+//!   which is always the plain step) ignore the queue: they get in whenever the lock is free,
+//!   which under fair handoff is only when nobody waits, or after a lease expired. A plain
+//!   release grants nothing and wakes only plain waiters; fair waiters then notice within the
+//!   holder's remaining time or a third of their waiter lease.
+//!
+//! Every script is safe to repeat: a repeated attempt finds its grant or its place; a repeated
+//! release or leave finds nothing of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::{Attempt, Kind, Patience};
+use crate::error::Result;
+use crate::expire_lock::{ExpireLock, Unlock, array, deadline, lease_at, ttl_ms, unexpected};
+use crate::lease::Lease;
+use crate::script::Reply;
+use crate::scripts::{FAIR_LOCK, FAIR_UNLOCK};
+use crate::store::Store;
+
+/// The default waiter lease.
+pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
+
+impl<S: Store> ExpireLock<S> {
+    /// The four keys of the fair mode: lock, fence, queue, waiters.
+    pub(crate) fn fair_keys(&self, name: &str) -> Result<[String; 4]> {
+        let keys = self.keys(name)?;
+        let (queue, waiters) = (
+            format!("{}:fairq", keys.lock),
+            format!("{}:fairw", keys.lock),
+        );
+        Ok([keys.lock, keys.fence, queue, waiters])
+    }
+
+    /// Fair release of `lease`: deleted, and granted to the next live waiter in the same step.
+    pub(crate) async fn fair_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        let reply = self.fair_unlock_by(name, lease.value(), "lease").await?;
+        match reply {
+            1 => Ok(Unlock::Released),
+            0 => Ok(Unlock::HeldByOther),
+            _ => Ok(Unlock::NotHeld),
+        }
+    }
+
+    /// One attempt of the fair mode under `nonce` (the same for every attempt of one
+    /// acquisition): the lock if it is free and nobody live is queued ahead, or if a release
+    /// granted it to `nonce` (confirmed now: the lease becomes `ttl` long, same fencing token);
+    /// else busy, and — with `queue` — this nonce joins the queue or refreshes its place for
+    /// [`Options::waiter_lease`](crate::Options::waiter_lease). One round trip, safe to repeat.
+    /// The waiting calls ([`lock`](Self::lock), ...) in fair mode are made of these.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name or TTL; a key holds data that is not ours (nothing is written); store
+    /// errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the lock (or a place in the queue) may be held under `nonce`:
+    /// repeat the attempt, or [`fair_leave`](Self::fair_leave) with it.
+    pub async fn fair_attempt(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<FairAttempt> {
+        let keys = self.fair_keys(name)?;
+        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        let args = [
+            ttl_ms(ttl)?.to_string(),
+            nonce.to_owned(),
+            self.retention_ms(),
+            ttl_ms(self.options().waiter_lease)?.to_string(),
+            wake,
+            if queue { "1" } else { "0" }.to_owned(),
+        ];
+        let sent = Instant::now();
+        let reply = self.eval_retrying(&FAIR_LOCK, &keys, &args).await?;
+        let items = array(&reply, &FAIR_LOCK)?;
+        match items.first().and_then(Reply::as_int) {
+            Some(1) => Ok(FairAttempt::Acquired(
+                lease_at(items, 1, &FAIR_LOCK)?.with_deadline(deadline(sent, ttl)),
+            )),
+            Some(0) => {
+                let pttl = items.get(1).and_then(Reply::as_int).unwrap_or(0).max(0);
+                Ok(FairAttempt::Busy {
+                    remaining: Duration::from_millis(pttl as u64),
+                })
+            }
+            _ => Err(unexpected(&FAIR_LOCK, &reply)),
+        }
+    }
+
+    /// Leave the fair queue as the waiter `nonce`; if a release granted it the lock meanwhile
+    /// (or it holds the lock under that nonce), release it too, handing it on to the next live
+    /// waiter. Safe to repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_attempt`](Self::fair_attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping it may or may not have left; the waiter lease ends the place (and a grant) in
+    /// any case.
+    pub async fn fair_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        Ok(match self.fair_unlock_by(name, nonce, "nonce").await? {
+            1 => Unlock::Released,
+            0 => Unlock::HeldByOther,
+            _ => Unlock::NotHeld,
+        })
+    }
+
+    /// [`FAIR_UNLOCK`] by lease value or by nonce (`by`); the `released` part of its reply.
+    async fn fair_unlock_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
+        let keys = self.fair_keys(name)?;
+        let channel = self.keys(name)?.channel;
+        let args = [
+            what.to_owned(),
+            by.to_owned(),
+            self.retention_ms(),
+            channel,
+            self.publish_command(),
+        ];
+        let reply = self.eval_retrying(&FAIR_UNLOCK, &keys, &args).await?;
+        array(&reply, &FAIR_UNLOCK)?
+            .first()
+            .and_then(Reply::as_int)
+            .ok_or_else(|| unexpected(&FAIR_UNLOCK, &reply))
+    }
+
+    /// The fair mode's steps for `name`.
+    pub(crate) fn fair_step(
+        &self,
+        name: &str,
+        ttl: Duration,
+        patience: Patience,
+    ) -> Result<Step<S>> {
+        ttl_ms(ttl)?;
+        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        Ok(Step {
+            locks: self.clone(),
+            name: name.into(),
+            wake: wake.into(),
+            ttl,
+            queue: patience.waits(),
+        })
+    }
+}
+
+/// The outcome of one [`ExpireLock::fair_attempt`]. Contention is an outcome, not an error.
+#[must_use = "an acquired lease is the only way to unlock the lock"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FairAttempt {
+    /// Ours.
+    Acquired(Lease),
+    /// Held by another lease, or free with a live waiter ahead.
+    Busy {
+        /// How long the holder's lease (or the waiter ahead's place) lasts unless renewed.
+        remaining: Duration,
+    },
+}
+
+/// The fair mode's steps for the [engine](crate::engine): [`FAIR_LOCK`] under the acquisition's
+/// nonce (joining or refreshing its place when busy); undone by [`FAIR_UNLOCK`] by nonce (leave
+/// the queue; release and hand on a grant).
+#[derive(Clone)]
+pub(crate) struct Step<S: Store> {
+    locks: ExpireLock<S>,
+    name: Arc<str>,
+    wake: Arc<str>,
+    ttl: Duration,
+    /// Whether a busy attempt queues (a waiting call) or not (a single attempt).
+    queue: bool,
+}
+
+impl<S: Store> Kind for Step<S> {
+    type Store = S;
+    type Held = Lease;
+
+    fn store(&self) -> &S {
+        self.locks.store()
+    }
+
+    fn channel(&self) -> Option<&str> {
+        Some(&self.wake)
+    }
+
+    async fn attempt(&self, nonce: &str) -> Result<Attempt<Lease>> {
+        let outcome = self
+            .locks
+            .fair_attempt(&self.name, self.ttl, nonce, self.queue)
+            .await?;
+        Ok(match outcome {
+            FairAttempt::Acquired(lease) => Attempt::Acquired(lease),
+            FairAttempt::Busy { remaining } => Attempt::Busy {
+                remaining: Some(remaining),
+            },
+        })
+    }
+
+    async fn undo(self, nonce: String) {
+        // Without an answer, try again (it is safe to repeat) until the waiter lease would
+        // have dropped us from the queue anyway, and any grant with it.
+        let give_up = Instant::now() + self.locks.options().waiter_lease.max(self.ttl);
+        let mut transient = crate::engine::Transient::new();
+        while let Err(e) = self.locks.fair_leave(&self.name, &nonce).await {
+            if !e.is_transient() || !transient.wait(Some(give_up)).await {
+                return;
+            }
+        }
+    }
+
+    fn busy_leaves_trace(&self) -> bool {
+        // A waiting call's place in the queue.
+        self.queue
+    }
+
+    fn refresh_every(&self) -> Option<Duration> {
+        // Refresh the place (and notice a grant whose announcement was lost) well within the
+        // waiter lease.
+        self.queue.then(|| self.locks.options().waiter_lease / 3)
+    }
+}

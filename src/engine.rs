@@ -128,6 +128,16 @@ pub trait Kind: Clone + Send + Sync + 'static {
 /// How long to wait when the server could not say how long the holder holds on.
 pub const UNKNOWN_WAIT: Duration = Duration::from_millis(250);
 
+/// The least time a waiting call's first attempt is given, however short its patience: a
+/// `try_lock_for` of a microsecond still tries once. Later attempts end at the deadline.
+pub const MIN_ATTEMPT: Duration = Duration::from_millis(50);
+
+/// The instant the first attempt's time is counted from, or long ago for later attempts.
+fn attempt_started_at(first: Option<Instant>) -> Instant {
+    let now = Instant::now();
+    first.unwrap_or_else(|| now.checked_sub(MIN_ATTEMPT).unwrap_or(now))
+}
+
 /// How long a waiting call rides through errors that a failover produces when it has no
 /// deadline of its own ([`Patience::Forever`]): a failover settles well within this.
 pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
@@ -375,6 +385,8 @@ pub async fn acquire<K: Kind>(
     // subscription comes through in the background.
     let mut waited_for_subscription = false;
     let mut subscribe = false;
+    // When the first attempt started (it gets at least `MIN_ATTEMPT`); `None` after it.
+    let mut first_attempt = Some(Instant::now());
     loop {
         if std::mem::take(&mut subscribe)
             && let Some(channel) = &channel
@@ -401,7 +413,24 @@ pub async fn acquire<K: Kind>(
             n.enable();
         }
         cleanup.armed = true;
-        let remaining = match kind.attempt(&cleanup.nonce).await {
+        // An attempt never outlasts the caller's patience (a stalled reconnect can take the
+        // store's whole connection timeout): past the deadline its outcome is unknown, and the
+        // armed cleanup undoes whatever the nonce may hold. A first attempt gets at least
+        // `MIN_ATTEMPT`, so a tiny patience still tries once.
+        let attempt = kind.attempt(&cleanup.nonce);
+        let answer = match deadline {
+            Some(deadline) => {
+                let cut = deadline.max(attempt_started_at(first_attempt) + MIN_ATTEMPT);
+                match tokio::time::timeout_at(cut, attempt).await {
+                    Ok(answer) => answer,
+                    // Unknown outcome: the cleanup, still armed, undoes it as the call returns.
+                    Err(_) => return Ok(None),
+                }
+            }
+            None => attempt.await,
+        };
+        first_attempt = None;
+        let remaining = match answer {
             Ok(Attempt::Acquired(held)) => {
                 cleanup.armed = false;
                 return Ok(Some(held));

@@ -624,3 +624,40 @@ async fn a_waiting_rwlock_rides_through_timed_out_attempts() {
     reader.release().await.unwrap();
     assert_eq!(rw.readers(name).await.unwrap(), 0);
 }
+
+/// A waiting call returns within its patience even while its attempt waits on a server that
+/// does not answer: the chaos suite saw `try_lock_for` overrun its patience by up to the store's
+/// response timeout. The attempt is cut at the deadline (`Ok(None)`), and the grant the server
+/// makes when it wakes is undone in the background, not left for the watchdog lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_call_returns_within_its_patience_while_the_server_sleeps() {
+    let server = debug_server();
+    // The default response timeout (2 s) outlasts the sleep: the attempt would be answered.
+    let locks = ExpireLock::new(server.store().await);
+    prime(&locks).await;
+    let name = "impatient";
+    let sleeper = debug_sleep(&server, 1.5);
+    let started = Instant::now();
+    let got = locks.try_lock_for(name, Duration::from_millis(200)).await;
+    let took = started.elapsed();
+    assert!(matches!(got, Ok(None)), "{got:?} after {took:?}");
+    assert!(
+        took < Duration::from_millis(900),
+        "a 200 ms patience took {took:?}"
+    );
+    sleeper.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.cli(&["EXISTS", &key(name)]) == "1" {
+        assert!(
+            Instant::now() < deadline,
+            "the grant made after the caller gave up is still held by nobody (PTTL {} ms)",
+            server.cli(&["PTTL", &key(name)])
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        server.cli(&["EXISTS", &format!("{}:fence", key(name))]),
+        "1",
+        "the server did make the grant"
+    );
+}

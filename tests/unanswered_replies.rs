@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use support::RedisServer;
 use tairlock::store::redis::RedisOptions;
 use tairlock::{
-    Error, ErrorKind, ExpireLock, Options, RedisStore, Script, Store, Ttl, Unlock, WaitStrategy,
+    Error, ErrorKind, ExpireLock, Options, RedisStore, Script, Store, Unlock, WaitStrategy,
 };
 use tairlock_rwlock::RwLock;
 
@@ -136,48 +136,7 @@ impl LoseReply {
 }
 
 impl Store for LoseReply {
-    async fn get(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
-        self.inner.get(key).await
-    }
-    async fn set_nx(&self, key: &str, value: &[u8]) -> tairlock::Result<bool> {
-        self.inner.set_nx(key, value).await
-    }
-    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> tairlock::Result<bool> {
-        self.inner.set_nx_px(key, value, ttl).await
-    }
-    async fn set(&self, key: &str, value: &[u8]) -> tairlock::Result<()> {
-        self.inner.set(key, value).await
-    }
-    async fn getset(&self, key: &str, value: &[u8]) -> tairlock::Result<Option<Vec<u8>>> {
-        self.inner.getset(key, value).await
-    }
-    async fn getdel(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
-        self.inner.getdel(key).await
-    }
-    async fn del(&self, key: &str) -> tairlock::Result<bool> {
-        self.inner.del(key).await
-    }
-    async fn incr(&self, key: &str) -> tairlock::Result<i64> {
-        self.inner.incr(key).await
-    }
-    async fn decr(&self, key: &str) -> tairlock::Result<i64> {
-        self.inner.decr(key).await
-    }
-    async fn expire(&self, key: &str, seconds: u64) -> tairlock::Result<bool> {
-        self.inner.expire(key, seconds).await
-    }
-    async fn pexpire(&self, key: &str, ttl: Duration) -> tairlock::Result<bool> {
-        self.inner.pexpire(key, ttl).await
-    }
-    async fn pttl(&self, key: &str) -> tairlock::Result<Ttl> {
-        self.inner.pttl(key).await
-    }
-    async fn key_type(&self, key: &str) -> tairlock::Result<String> {
-        self.inner.key_type(key).await
-    }
-    async fn time(&self) -> tairlock::Result<Duration> {
-        self.inner.time().await
-    }
+    support::forward_plain_commands!();
     async fn eval(
         &self,
         script: &'static Script,

@@ -68,6 +68,62 @@ macro_rules! backend_tests {
 }
 pub(crate) use backend_tests;
 
+/// The plain commands of a [`Store`] wrapper, forwarded to its field `inner`, inside an
+/// `impl Store for …` block: a test wrapper writes only the methods it changes (`eval`, …).
+/// Remember `runtime`, `pubsub` and `notifier` where the wrapper must keep the inner store's.
+macro_rules! forward_plain_commands {
+    () => {
+        async fn get(&self, key: &str) -> ::tairlock::Result<Option<Vec<u8>>> {
+            self.inner.get(key).await
+        }
+        async fn set_nx(&self, key: &str, value: &[u8]) -> ::tairlock::Result<bool> {
+            self.inner.set_nx(key, value).await
+        }
+        async fn set_nx_px(
+            &self,
+            key: &str,
+            value: &[u8],
+            ttl: ::std::time::Duration,
+        ) -> ::tairlock::Result<bool> {
+            self.inner.set_nx_px(key, value, ttl).await
+        }
+        async fn set(&self, key: &str, value: &[u8]) -> ::tairlock::Result<()> {
+            self.inner.set(key, value).await
+        }
+        async fn getset(&self, key: &str, value: &[u8]) -> ::tairlock::Result<Option<Vec<u8>>> {
+            self.inner.getset(key, value).await
+        }
+        async fn getdel(&self, key: &str) -> ::tairlock::Result<Option<Vec<u8>>> {
+            self.inner.getdel(key).await
+        }
+        async fn del(&self, key: &str) -> ::tairlock::Result<bool> {
+            self.inner.del(key).await
+        }
+        async fn incr(&self, key: &str) -> ::tairlock::Result<i64> {
+            self.inner.incr(key).await
+        }
+        async fn decr(&self, key: &str) -> ::tairlock::Result<i64> {
+            self.inner.decr(key).await
+        }
+        async fn expire(&self, key: &str, seconds: u64) -> ::tairlock::Result<bool> {
+            self.inner.expire(key, seconds).await
+        }
+        async fn pexpire(&self, key: &str, ttl: ::std::time::Duration) -> ::tairlock::Result<bool> {
+            self.inner.pexpire(key, ttl).await
+        }
+        async fn pttl(&self, key: &str) -> ::tairlock::Result<::tairlock::Ttl> {
+            self.inner.pttl(key).await
+        }
+        async fn key_type(&self, key: &str) -> ::tairlock::Result<String> {
+            self.inner.key_type(key).await
+        }
+        async fn time(&self) -> ::tairlock::Result<::std::time::Duration> {
+            self.inner.time().await
+        }
+    };
+}
+pub(crate) use forward_plain_commands;
+
 /// How time passes for a test's store.
 #[derive(Debug, Clone)]
 pub enum Time {

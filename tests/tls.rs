@@ -56,6 +56,9 @@ async fn lock_and_release(store: RedisStore) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verified_against_the_ca() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_server, port) = certs.server(false);
     let url = format!("rediss://127.0.0.1:{port}");
@@ -91,6 +94,9 @@ async fn verified_against_the_ca() {
 
 #[tokio::test]
 async fn mutual_tls() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_server, port) = certs.server(true);
     let url = format!("rediss://127.0.0.1:{port}");
@@ -112,6 +118,9 @@ async fn mutual_tls() {
 
 #[tokio::test]
 async fn wrong_ca_is_refused() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_server, port) = certs.server(false);
     let url = format!("rediss://127.0.0.1:{port}");
@@ -128,6 +137,9 @@ async fn wrong_ca_is_refused() {
 
 #[tokio::test]
 async fn plain_url_to_tls_port_is_refused() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_server, port) = certs.server(false);
     let err = connect(
@@ -145,6 +157,9 @@ async fn plain_url_to_tls_port_is_refused() {
 
 #[tokio::test]
 async fn insecure_fragment() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_server, port) = certs.server(false);
     let url = format!("rediss://127.0.0.1:{port}/#insecure");
@@ -172,6 +187,9 @@ async fn tls_options_need_rediss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_cluster() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_nodes, ports) = support::tls::tls_cluster(&certs);
     let urls: Vec<String> = ports

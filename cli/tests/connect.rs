@@ -50,6 +50,9 @@ async fn hold(store: RedisStore, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_flags() {
+    if !support::tls::available() {
+        return;
+    }
     let certs = Certs::generate();
     let (_server, port) = certs.server(true);
     let url = format!("rediss://127.0.0.1:{port}");

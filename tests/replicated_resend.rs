@@ -148,10 +148,10 @@ async fn a_resent_acquire_or_renew_claims_no_ack_the_replica_lacks() {
     }
     // An acquisition the replica did acknowledge (Valkey answers the resent WAIT after the
     // replica woke) still holds the lock: give it back before the renewal half.
-    if let ReplicatedAcquire::Acquired { lease, .. } = &acquired {
-        if let Err(e) = locks.release(name, lease).await {
-            cluster.fail(format!("releasing the acknowledged grant: {e}"));
-        }
+    if let ReplicatedAcquire::Acquired { lease, .. } = &acquired
+        && let Err(e) = locks.release(name, lease).await
+    {
+        cluster.fail(format!("releasing the acknowledged grant: {e}"));
     }
 
     // The same for a renewal of an acknowledged lease.

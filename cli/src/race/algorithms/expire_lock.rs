@@ -57,17 +57,26 @@ impl<S: Store> Algorithm<S> for ExpireLockAlgorithm {
         lock: &'a str,
         holding: Holding,
     ) -> BoxFuture<'a, Step<()>> {
-        Box::pin(async move {
-            cx.pause("release:before").await?;
-            let value = String::from_utf8(holding.value).expect("leases are text");
-            let lease = Lease::parse(&value).expect("our own lease parses");
-            // Compare-and-delete: it can only ever delete this very lease.
-            locks(cx).expire_unlock(lock, &lease).await?;
-            Ok(())
-        })
+        // Compare-and-delete: it can only ever delete this very lease.
+        Box::pin(release_lease(cx, locks(cx), lock, holding))
     }
 
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![format!("{{{lock}}}")]
     }
+}
+
+/// The release step of the expire-lock rows, plain and fair (`locks` says which): pause, then
+/// `expire_unlock` of the client's own lease.
+pub(super) async fn release_lease<S: Store>(
+    cx: &Client<S>,
+    locks: ExpireLock<super::super::client::RaceStore<S>>,
+    lock: &str,
+    holding: Holding,
+) -> Step<()> {
+    cx.pause("release:before").await?;
+    let value = String::from_utf8(holding.value).expect("leases are text");
+    let lease = Lease::parse(&value).expect("our own lease parses");
+    locks.expire_unlock(lock, &lease).await?;
+    Ok(())
 }

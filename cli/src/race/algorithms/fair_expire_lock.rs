@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tairlock::{ExpireLock, FairAttempt, Keyspace, Lease, Options, Store};
+use tairlock::{ExpireLock, FairAttempt, Keyspace, Options, Store};
 
 use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
 use crate::race::client::{Client, Step};
@@ -84,14 +84,13 @@ impl<S: Store> Algorithm<S> for FairExpireLock {
         lock: &'a str,
         holding: Holding,
     ) -> BoxFuture<'a, Step<()>> {
-        Box::pin(async move {
-            cx.pause("release:before").await?;
-            let value = String::from_utf8(holding.value).expect("leases are text");
-            let lease = Lease::parse(&value).expect("our own lease parses");
-            // Compare-and-delete, then a grant to the next waiter in the same step.
-            locks(cx).expire_unlock(lock, &lease).await?;
-            Ok(())
-        })
+        // Compare-and-delete, then a grant to the next waiter in the same step.
+        Box::pin(super::expire_lock::release_lease(
+            cx,
+            locks(cx),
+            lock,
+            holding,
+        ))
     }
 
     fn keys(&self, lock: &str) -> Vec<String> {

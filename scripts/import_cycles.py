@@ -13,7 +13,8 @@ crate root's `pub use crate::error::Error`) is followed to where it is defined. 
 to the file that defines the item, not to the facade that re-exports it.
 
 Not edges: `mod x;` declarations, and a module's `pub use` of items of its own descendants (the
-facade a `mod.rs` or `lib.rs` presents; a re-export is not a use). Comments (doc links
+facade a `mod.rs` or `lib.rs` presents; a re-export is not a use) unless the module's own code
+names the re-exported item as well. Comments (doc links
 included), strings and `pub(in …)` are ignored; `#[cfg(test)]` modules count like any code.
 
 Every cycle is reported as its strongly connected component (the files that reach each other)
@@ -131,6 +132,7 @@ class Module:
         self.file = file  # the file that holds its body
         self.uses = []  # (segments, bound name, is pub)
         self.paths = []  # inline paths: segments
+        self.code = ""  # its text without `use` declarations, for bare names
         self.children = set()
 
 
@@ -211,6 +213,7 @@ def parse_file(modules, path, file, src, todo):
             for segs, name in use_leaves(u.group(2)):
                 mod.uses.append((segs, name, is_pub))
         rest = USE_RE.sub(" ", text)
+        mod.code += rest
         for p in PATH_RE.finditer(rest):
             mod.paths.append(tuple(s.strip() for s in p.group(1).split("::")))
 
@@ -272,8 +275,13 @@ def graph(modules, root_file):
             target = resolve(modules, mpath, segs)
             if target is None:
                 continue
-            # A facade's re-export of its own descendants' items is not a use.
-            if is_pub and is_descendant(target, mpath):
+            # A facade's re-export of its own descendants' items is not a use, unless the
+            # module's own code names the item too.
+            if (
+                is_pub
+                and is_descendant(target, mpath)
+                and not (name and re.search(rf"\b{re.escape(name)}\b", mod.code))
+            ):
                 continue
             add(edges, modules, src, target, segs)
         for segs in mod.paths:

@@ -25,21 +25,10 @@ pub use self::release::RELEASE;
 pub use self::renew::RENEW;
 
 use tairlock::Script;
-use tairlock::store::memory::{CommandError, CommandResult, Db};
+use tairlock::script::{Db, now_us};
 
 /// Every script, e.g. for [`RedisStore::preload`](tairlock::RedisStore::preload).
 pub static ALL: [&Script; 5] = [&ACQUIRE, &RELEASE, &RENEW, &PROBE, &PROBE_WRITE];
-
-/// `TYPE` must be `none` or `string`, as the Lua checks it.
-fn string_or_none(db: &mut Db, key: &str, what: &str) -> CommandResult<&'static str> {
-    match db.key_type(key) {
-        t @ ("none" | "string") => Ok(t),
-        other => Err(CommandError::new(
-            "WRONGTYPE",
-            format!("{what} key holds a {other}"),
-        )),
-    }
-}
 
 /// `#v <= 19 and string.match(v, '^%d+$')`, then `tonumber`.
 fn digits(v: &[u8]) -> Option<u64> {
@@ -48,8 +37,7 @@ fn digits(v: &[u8]) -> Option<u64> {
 
 /// (now in µs, now in ms) by the store's frozen clock, as the scripts compute them from `TIME`.
 fn now(db: &Db) -> (u64, u64) {
-    let (secs, micros) = db.time();
-    let us = secs * 1_000_000 + micros;
+    let us = now_us(db);
     (us, us / 1000)
 }
 

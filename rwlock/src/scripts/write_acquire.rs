@@ -1,10 +1,9 @@
 use std::time::Duration;
 
-use tairlock::script::int_arg;
-use tairlock::store::memory::{CommandError, CommandResult, Db};
-use tairlock::{Reply, Script};
+use tairlock::script::{CommandError, CommandResult, Db, Reply, Script, int_arg, now_us};
+use tairlock::scripts::MAX_FENCE;
 
-use super::{MAX_FENCE, ends_with_nonce, intent, now_us, reap, typed, writer_lease};
+use super::{ends_with_nonce, intent, reap, typed, writer_lease};
 
 /// Take the write lock if nobody reads or writes, or announce this writer's intent. Lua:
 /// `write_acquire.lua`.

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
+use super::format::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
 use crate::script::{CommandResult, Db, Reply, Script, int_arg, now_us, string_or_none, touch};
 
 /// Take the lock if it is not held. Lua: `expire_lock.lua`.

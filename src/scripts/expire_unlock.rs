@@ -1,4 +1,4 @@
-use super::{LEASE_PREFIX, not_a_lease};
+use super::format::{LEASE_PREFIX, not_a_lease};
 use crate::script::{CommandResult, Db, Reply, Script, string_or_none};
 
 /// Delete the lock only if it holds exactly this lease. Lua: `expire_unlock.lua`.

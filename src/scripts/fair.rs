@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
+use super::format::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
 use crate::script::{
     CommandError, CommandResult, Db, Reply, Script, int_arg, now_us, string_or_none,
 };

@@ -1,4 +1,4 @@
-use super::{LEASE_PREFIX, not_a_lease};
+use super::format::{LEASE_PREFIX, not_a_lease};
 use crate::script::{CommandResult, Db, Reply, Script, string_or_none};
 
 /// Delete the lock whoever holds it, if it is one of ours. Lua: `force_unlock.lua`.

@@ -20,6 +20,7 @@ mod expire_lock;
 mod expire_unlock;
 mod fair;
 mod force_unlock;
+mod format;
 mod inspect;
 mod renew;
 
@@ -27,10 +28,11 @@ pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
 pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
+pub use self::format::{LEASE_PREFIX, MAX_FENCE};
 pub use self::inspect::INSPECT;
 pub use self::renew::RENEW;
 
-use crate::script::{CommandError, CommandResult, Db, Script, all_digits, string_or_none};
+use crate::script::Script;
 
 /// The fair mode's scripts ([`Options::fair`](crate::Options::fair)).
 pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
@@ -43,46 +45,3 @@ pub static ALL: [&Script; 5] = [
     &FORCE_UNLOCK,
     &INSPECT,
 ];
-
-/// The value prefix that marks a tairlock lease.
-pub const LEASE_PREFIX: &str = "tl1:";
-
-pub(crate) fn not_a_lease() -> CommandError {
-    CommandError::new(
-        "NOTLOCK",
-        "lock key holds a value that is not a tairlock lease",
-    )
-}
-
-pub(crate) fn not_a_fence() -> CommandError {
-    CommandError::new(
-        "NOTLOCK",
-        "fence key holds a value that is not a fencing token",
-    )
-}
-
-/// The largest fencing token: 2^53 - 1, the largest integer a Lua number (a double) holds exactly.
-pub const MAX_FENCE: u64 = (1 << 53) - 1;
-
-/// A fence key's value as a token, the way the scripts accept it: digits, at most [`MAX_FENCE`]
-/// (`string.match(v, '^%d+$') and tonumber(v) <= 9007199254740991`).
-pub(crate) fn fence_token(v: &[u8]) -> Option<u64> {
-    if !all_digits(v) {
-        return None;
-    }
-    let digits = std::str::from_utf8(v).ok()?;
-    digits.parse::<u64>().ok().filter(|t| *t <= MAX_FENCE)
-}
-
-/// Read a fence key the way the scripts do: absent → `None`, a token → the value, else `NOTLOCK`.
-pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
-    if string_or_none(db, key, "fence")? == "none" {
-        return Ok(None);
-    }
-    let raw = db.get(key)?.unwrap_or_default();
-    fence_token(&raw).map(Some).ok_or_else(not_a_fence)
-}
-
-pub(crate) fn format_lease(expiry_ms: u64, fence: u64, nonce: &str) -> String {
-    format!("{LEASE_PREFIX}{expiry_ms}:{fence}:{nonce}")
-}

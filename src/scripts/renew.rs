@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, fence_token, not_a_fence, not_a_lease};
+use super::format::{LEASE_PREFIX, fence_token, not_a_fence, not_a_lease};
 use crate::script::{
     CommandResult, Db, Reply, Script, all_digits, int_arg, now_us, string_or_none, touch,
 };

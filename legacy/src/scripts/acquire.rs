@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tairlock::script::{CommandError, CommandResult, Db, Reply, Script, int_arg, string_or_none};
 
-use super::{digits, now, px};
+use super::native::{digits, now, px};
 
 /// 2^53: the integers up to here are exact in a Lua number (a double).
 const LUA_EXACT: u128 = 1 << 53;

@@ -13,6 +13,7 @@
 //! writing (`WRONGTYPE`/`NOTLOCK`, nothing written), and is O(1).
 
 mod acquire;
+mod native;
 mod probe;
 mod probe_write;
 mod release;
@@ -25,23 +26,6 @@ pub use self::release::RELEASE;
 pub use self::renew::RENEW;
 
 use tairlock::Script;
-use tairlock::script::{Db, now_us};
 
 /// Every script, e.g. for [`RedisStore::preload`](tairlock::RedisStore::preload).
 pub static ALL: [&Script; 5] = [&ACQUIRE, &RELEASE, &RENEW, &PROBE, &PROBE_WRITE];
-
-/// `#v <= 19 and string.match(v, '^%d+$')`, then `tonumber`.
-fn digits(v: &[u8]) -> Option<u64> {
-    crate::wire::parse_value(v)
-}
-
-/// (now in µs, now in ms) by the store's frozen clock, as the scripts compute them from `TIME`.
-fn now(db: &Db) -> (u64, u64) {
-    let us = now_us(db);
-    (us, us / 1000)
-}
-
-/// `(value + 1) * unit - now_ms - 1`: the PX that ends the key with its timestamp.
-fn px(value: u64, unit_ms: u64, now_ms: u64) -> u64 {
-    ((value + 1) * unit_ms).saturating_sub(now_ms + 1)
-}

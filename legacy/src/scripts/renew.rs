@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, string_or_none};
 
-use super::{now, px};
+use super::native::{now, px};
 
 /// Extend a legacy-format lock this grant still holds exactly. Lua: `renew.lua`.
 pub static RENEW: Script = Script::new("legacy_renew", include_str!("renew.lua"), native);

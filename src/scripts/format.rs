@@ -34,7 +34,11 @@ pub(crate) fn fence_token(v: &[u8]) -> Option<u64> {
 }
 
 /// Read a fence key the way the scripts do: absent → `None`, a token → the value, else `NOTLOCK`.
-pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
+///
+/// # Errors
+///
+/// `WRONGTYPE` when the key holds another type, `NOTLOCK` when its string is not a token.
+pub fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
     if string_or_none(db, key, "fence")? == "none" {
         return Ok(None);
     }
@@ -42,6 +46,7 @@ pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
     fence_token(&raw).map(Some).ok_or_else(not_a_fence)
 }
 
-pub(crate) fn format_lease(expiry_ms: u64, fence: u64, nonce: &str) -> String {
+/// The lease value `tl1:<expiry ms>:<fence>:<nonce>`, as the scripts write it.
+pub fn format_lease(expiry_ms: u64, fence: u64, nonce: &str) -> String {
     format!("{LEASE_PREFIX}{expiry_ms}:{fence}:{nonce}")
 }

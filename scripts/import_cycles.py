@@ -4,6 +4,7 @@
     python3 scripts/import_cycles.py            # every crate of the workspace; exit 1 on a cycle
     python3 scripts/import_cycles.py --graph    # also print each file's imports
     python3 scripts/import_cycles.py --self-test  # the check on a small crate with known cycles
+    python3 scripts/import_cycles.py --layers     # only the core crate's layers (LAYERS below)
 
 For each crate (a `src/lib.rs` or `src/main.rs` root and the files its `mod x;` declarations
 reach), builds the graph "file A names an item of file B" from every `crate::…`, `super::…` and
@@ -18,6 +19,10 @@ facade a `mod.rs` or `lib.rs` presents; a re-export is not a use) unless the mod
 names the re-exported item as well. Comments (doc links
 included), strings and `pub(in …)` are ignored; `#[cfg(test)]` modules count like any code.
 
+With `--layers`, checks instead that the core crate's lower layers name only what is below them
+(LAYERS): the scripting vocabulary and the slot arithmetic nothing lock-level, the stores and
+the notifications nothing of the locks.
+
 Every cycle is reported as its strongly connected component (the files that reach each other)
 plus one concrete cycle through it. Python 3 standard library only.
 """
@@ -27,6 +32,28 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The core crate's layers, bottom up: the files under each prefix may import only from the
+# prefixes listed with it. Everything above (the lock kinds: expire_lock, engine, guard, fair,
+# redlock, replicated, …) may import from all of these.
+FOUNDATION = ["src/error.rs", "src/clock.rs", "src/sync.rs", "src/blocking.rs"]
+LAYERS = [
+    # Slot arithmetic: CRC16, hash tags, the same-slot check.
+    ("src/slot.rs", FOUNDATION),
+    # The scripting vocabulary: Script, Reply, Db, decoders, native helpers.
+    ("src/script/", ["src/script/"] + FOUNDATION),
+    # The expire lock's script declarations: written in the vocabulary only.
+    ("src/scripts/", ["src/scripts/", "src/script/"] + FOUNDATION),
+    # Key naming.
+    ("src/keys.rs", ["src/slot.rs"] + FOUNDATION),
+    # Release notifications: below the stores, which make notifiers.
+    ("src/notify/", ["src/notify/"] + FOUNDATION),
+    # The stores run scripts (and `compare_and_delete` is defined as the release script).
+    (
+        "src/store/",
+        ["src/store/", "src/script/", "src/scripts/", "src/slot.rs", "src/notify/"] + FOUNDATION,
+    ),
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +285,7 @@ def resolve(modules, cur, segs, depth=0):
         if bound:
             target = resolve(modules, mod, bound[0][0], depth + 1)
             if target is None:
-                return mod if depth else None
+                return mod  # re-exported from another crate: this module is its source
             return target
         return mod
     return mod
@@ -430,9 +457,32 @@ def self_test():
     return 0
 
 
+def layers(root=ROOT):
+    """Imports that go up the core crate's LAYERS: each printed; their number returned."""
+    root_file = root / "src/lib.rs"
+    modules = load_crate(root_file)
+    edges = graph(modules)
+    bad = 0
+    for src in sorted(edges):
+        name = str(src.relative_to(root))
+        rule = next((allowed for prefix, allowed in LAYERS if name.startswith(prefix)), None)
+        if rule is None:
+            continue
+        for dst, via in sorted(edges[src].items()):
+            target = str(dst.relative_to(root))
+            if not any(target.startswith(a) for a in rule):
+                bad += 1
+                print(f"layer: {name} imports {target} ({via}), above it")
+    return bad
+
+
 def main():
     if "--self-test" in sys.argv[1:]:
         return self_test()
+    if "--layers" in sys.argv[1:]:
+        bad = layers()
+        print(f"import_cycles: {bad} import(s) against the core crate's layers")
+        return 1 if bad else 0
     found = check(ROOT, show="--graph" in sys.argv[1:])
     if found:
         print(f"import_cycles: {found} cycle(s)")

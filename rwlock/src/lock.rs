@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+#[cfg(doc)]
+use tairlock::ErrorKind;
 use tairlock::expire_lock::lease_at;
 use tairlock::script::{array, int_at, unexpected};
 use tairlock::scripts::{EXPIRE_UNLOCK, RENEW};

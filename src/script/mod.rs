@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Script`] and [`NativeBody`] |
 //! | [`reply`] | [`Reply`], a script's reply as either store gives it |
-//! | [`decode`] | the decoders every lock kind shares ([`array`], [`int_at`], [`unexpected`]) |
+//! | [`decode`] | the decoders every lock kind shares ([`array()`], [`int_at`], [`unexpected`]) |
 //! | [`db`] | [`Db`], the keyspace a native body runs on (Redis's data model and commands), with [`CommandError`] |
 //! | [`native`] | helpers native bodies share, each the Rust for a Lua idiom ([`int_arg`], [`string_or_none`], [`now_us`], [`all_digits`], [`touch`]) |
 //!

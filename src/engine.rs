@@ -243,7 +243,7 @@ impl Waiters {
         if let Some(n) = self.notifier.get() {
             return Some(n.clone());
         }
-        let n = crate::notify::notifier_by(store, deadline).await?;
+        let n = crate::notify::notifier_by(store.notifier(), deadline).await?;
         Some(self.notifier.get_or_init(|| n).clone())
     }
 

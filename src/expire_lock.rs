@@ -38,7 +38,7 @@ use crate::blocking;
 use crate::error::{Error, Result};
 use crate::keys::{Keyspace, LockKeys};
 use crate::lease::{Lease, nonce};
-use crate::script::{Reply, Script};
+use crate::script::{Reply, Script, array, unexpected};
 use crate::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW};
 use crate::store::{Store, Ttl};
 
@@ -618,11 +618,13 @@ pub(crate) fn deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time
     crate::engine::local_deadline(sent, ttl)
 }
 
-pub(crate) fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {
-    reply.as_array().ok_or_else(|| unexpected(script, reply))
-}
-
-pub(crate) fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
+/// Element `i` of `script`'s array reply as a [`Lease`]: how every script that grants or reports
+/// a lease answers it (the expire lock's, and the rwlock's writer lease).
+///
+/// # Errors
+///
+/// [`ErrorKind::Server`](crate::ErrorKind::Server) when the element is missing or not a lease.
+pub fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
     items
         .get(i)
         .and_then(Reply::as_str)
@@ -633,13 +635,6 @@ pub(crate) fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lea
                 format!("{} returned a malformed lease", script.name()),
             )
         })
-}
-
-pub(crate) fn unexpected(script: &Script, reply: &Reply) -> Error {
-    Error::new(
-        crate::ErrorKind::Server,
-        format!("unexpected reply from {}: {reply:?}", script.name()),
-    )
 }
 
 #[cfg(test)]

@@ -35,9 +35,9 @@ use tokio::time::Instant;
 
 use crate::engine::{Attempt, Kind, Patience};
 use crate::error::Result;
-use crate::expire_lock::{ExpireLock, Unlock, array, deadline, lease_at, ttl_ms, unexpected};
+use crate::expire_lock::{ExpireLock, Unlock, deadline, lease_at, ttl_ms};
 use crate::lease::Lease;
-use crate::script::Reply;
+use crate::script::{Reply, array, unexpected};
 use crate::scripts::{FAIR_LOCK, FAIR_UNLOCK};
 use crate::store::Store;
 

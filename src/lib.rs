@@ -82,6 +82,7 @@ pub mod reentrant;
 pub mod replicated;
 pub mod script;
 pub mod scripts;
+pub mod slot;
 pub mod store;
 mod sync;
 pub mod wait;

@@ -53,6 +53,7 @@ use std::time::Duration;
 
 use tairlock::engine::Waiters;
 
+use tairlock::script::unexpected;
 use tairlock::{Error, ErrorKind, Reply, Result, Script, Store};
 
 use crate::options::{Holding, Options, Release, Renew, TryAcquire, deadline};
@@ -366,13 +367,6 @@ fn fence_of(holding: &Holding) -> Result<u64> {
             "this holding has no fencing token: it is not a WatchLock or ScriptedLock holding",
         )
     })
-}
-
-fn unexpected(script: &Script, reply: &Reply) -> Error {
-    Error::new(
-        ErrorKind::Server,
-        format!("unexpected reply from {}: {reply:?}", script.name()),
-    )
 }
 
 impl<S: Store> crate::TryStep for ScriptedLock<S> {

@@ -35,7 +35,7 @@
 
 use std::time::Duration;
 
-use tairlock::keys::hash_tag;
+use tairlock::slot::hash_tag;
 use tairlock::{Error, ErrorKind, Result};
 
 /// The longest lease accepted (ten years, as the core's `MAX_TTL`); longer is a unit mistake.

@@ -6,8 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+#[cfg(doc)]
+use tairlock::ErrorKind;
+use tairlock::expire_lock::lease_at;
+use tairlock::script::{array, int_at, unexpected};
 use tairlock::scripts::{EXPIRE_UNLOCK, RENEW};
-use tairlock::{Error, ErrorKind, Keyspace, Lease, Reply, Result, Script, Store, Ttl, Unlock};
+use tairlock::{Keyspace, Lease, Reply, Result, Script, Store, Ttl, Unlock};
 use tokio::time::Instant;
 
 use crate::guard::Slot;
@@ -877,14 +881,6 @@ pub(crate) fn deadline(sent: Instant, ttl: Duration) -> Instant {
     tairlock::engine::local_deadline(sent, ttl)
 }
 
-fn array<'r>(reply: &'r Reply, script: &Script) -> Result<&'r [Reply]> {
-    reply.as_array().ok_or_else(|| unexpected(script, reply))
-}
-
-fn int_at(items: &[Reply], i: usize) -> Option<i64> {
-    items.get(i).and_then(Reply::as_int)
-}
-
 fn remaining(pttl: Option<i64>) -> Option<Duration> {
     pttl.filter(|ms| *ms >= 0)
         .map(|ms| Duration::from_millis(ms as u64))
@@ -899,24 +895,4 @@ fn blocker(items: &[Reply], script: &Script, reply: &Reply) -> Result<Blocker> {
         )),
         _ => Err(unexpected(script, reply)),
     }
-}
-
-fn lease_at(items: &[Reply], i: usize, script: &Script) -> Result<Lease> {
-    items
-        .get(i)
-        .and_then(Reply::as_str)
-        .and_then(Lease::parse)
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Server,
-                format!("{} returned a malformed lease", script.name()),
-            )
-        })
-}
-
-fn unexpected(script: &Script, reply: &Reply) -> Error {
-    Error::new(
-        ErrorKind::Server,
-        format!("unexpected reply from {}: {reply:?}", script.name()),
-    )
 }

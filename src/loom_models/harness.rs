@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::clock::{Clock, VirtualClock};
+use crate::script::Db;
 use crate::store::MemoryStore;
-use crate::store::memory::Db;
 
 /// The expirer thread's name.
 pub const EXPIRER: &str = "expirer";

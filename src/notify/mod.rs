@@ -518,7 +518,8 @@ impl Notifier {
     }
 }
 
-/// How a waiting loop starts listening: `store`'s notifier watching `channel`, or `None` when the
+/// How a waiting loop starts listening: the notifier `notifier` makes (a store's
+/// [`Store::notifier()`](crate::Store::notifier)) watching `channel`, or `None` when the
 /// store has no notifier, the subscription failed or was refused, or `deadline` or
 /// [`SUBSCRIBE_LIMIT`] came first (connecting the notifier and the acknowledged `SUBSCRIBE` are
 /// bounded by both, so a `try_lock_for` never overruns its timeout waiting for them and a
@@ -528,12 +529,12 @@ impl Notifier {
 /// # Cancel safety
 ///
 /// Cancel safe: a subscription cut short goes on in the background.
-pub async fn watch_release<S: crate::Store>(
-    store: &S,
+pub async fn watch_release(
+    notifier: impl Future<Output = Option<Notifier>>,
     channel: &str,
     deadline: Option<tokio::time::Instant>,
 ) -> Option<Watch> {
-    let watch = notifier_by(store, deadline).await?.register(channel);
+    let watch = notifier_by(notifier, deadline).await?.register(channel);
     watch.subscribed_by(deadline).await.then_some(watch)
 }
 
@@ -543,17 +544,19 @@ fn bound(deadline: Option<tokio::time::Instant>) -> tokio::time::Instant {
     deadline.map_or(limit, |d| d.min(limit))
 }
 
-/// `store`'s notifier, or `None` when it has none or it could not be made by `deadline` (or
-/// [`SUBSCRIBE_LIMIT`]).
+/// The notifier `notifier` makes (a store's [`Store::notifier()`](crate::Store::notifier)), or
+/// `None` when there is none or it could not be made by `deadline` (or [`SUBSCRIBE_LIMIT`]).
+/// It takes the future rather than the store so that this module, below the stores, names
+/// nothing of them.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe.
-pub async fn notifier_by<S: crate::Store>(
-    store: &S,
+pub async fn notifier_by(
+    notifier: impl Future<Output = Option<Notifier>>,
     deadline: Option<tokio::time::Instant>,
 ) -> Option<Notifier> {
-    tokio::time::timeout_at(bound(deadline), store.notifier())
+    tokio::time::timeout_at(bound(deadline), notifier)
         .await
         .ok()
         .flatten()

@@ -65,9 +65,8 @@ use tokio::time::Instant;
 use crate::engine::{Attempt, Kind, Patience, Waiters};
 use crate::error::{Error, Result};
 use crate::keys::Keyspace;
-use crate::script::{Reply, Script};
+use crate::script::{CommandResult, Db, Reply, Script};
 use crate::store::Store;
-use crate::store::memory::{CommandResult, Db};
 
 /// Compare-and-delete. Lua: `release.lua`.
 pub static RELEASE: Script = Script::new("redlock_release", include_str!("release.lua"), release);

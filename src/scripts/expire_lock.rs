@@ -1,8 +1,7 @@
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, format_lease, not_a_lease, now_us, read_fence, string_or_none, touch};
-use crate::script::{Reply, Script, int_arg};
-use crate::store::memory::{CommandResult, Db};
+use super::format::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
+use crate::script::{CommandResult, Db, Reply, Script, int_arg, now_us, string_or_none, touch};
 
 /// Take the lock if it is not held. Lua: `expire_lock.lua`.
 pub static EXPIRE_LOCK: Script =

@@ -1,6 +1,5 @@
-use super::{LEASE_PREFIX, not_a_lease, string_or_none};
-use crate::script::{Reply, Script};
-use crate::store::memory::{CommandResult, Db};
+use super::format::{LEASE_PREFIX, not_a_lease};
+use crate::script::{CommandResult, Db, Reply, Script, string_or_none};
 
 /// Delete the lock only if it holds exactly this lease. Lua: `expire_unlock.lua`.
 pub static EXPIRE_UNLOCK: Script =

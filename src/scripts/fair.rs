@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, format_lease, not_a_lease, now_us, read_fence, string_or_none};
-use crate::script::{Reply, Script, int_arg};
-use crate::store::memory::{CommandError, CommandResult, Db};
+use super::format::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
+use crate::script::{
+    CommandError, CommandResult, Db, Reply, Script, int_arg, now_us, string_or_none,
+};
 
 /// Take the lock if free and nobody live is queued ahead, else queue. Lua: `fair_lock.lua`.
 pub static FAIR_LOCK: Script = Script::new("fair_lock", include_str!("fair_lock.lua"), lock);

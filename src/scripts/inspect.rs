@@ -1,5 +1,4 @@
-use crate::script::{Reply, Script};
-use crate::store::memory::{CommandResult, Db};
+use crate::script::{CommandResult, Db, Reply, Script};
 
 /// One read-only snapshot of a lock. Lua: `inspect.lua`.
 pub static INSPECT: Script = Script::new("inspect", include_str!("inspect.lua"), native);

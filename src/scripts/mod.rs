@@ -20,6 +20,7 @@ mod expire_lock;
 mod expire_unlock;
 mod fair;
 mod force_unlock;
+mod format;
 mod inspect;
 mod renew;
 
@@ -27,11 +28,11 @@ pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
 pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
+pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence};
 pub use self::inspect::INSPECT;
 pub use self::renew::RENEW;
 
 use crate::script::Script;
-use crate::store::memory::{CommandError, CommandResult, Db};
 
 /// The fair mode's scripts ([`Options::fair`](crate::Options::fair)).
 pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
@@ -44,78 +45,3 @@ pub static ALL: [&Script; 5] = [
     &FORCE_UNLOCK,
     &INSPECT,
 ];
-
-/// The value prefix that marks a tairlock lease.
-pub const LEASE_PREFIX: &str = "tl1:";
-
-/// `TYPE` must be `none` or `string`; `what` names the key in the error, as the Lua does.
-pub(crate) fn string_or_none(db: &mut Db, key: &str, what: &str) -> CommandResult<&'static str> {
-    match db.key_type(key) {
-        t @ ("none" | "string") => Ok(t),
-        other => Err(CommandError::new(
-            "WRONGTYPE",
-            format!("{what} key holds a {other}"),
-        )),
-    }
-}
-
-pub(crate) fn not_a_lease() -> CommandError {
-    CommandError::new(
-        "NOTLOCK",
-        "lock key holds a value that is not a tairlock lease",
-    )
-}
-
-pub(crate) fn not_a_fence() -> CommandError {
-    CommandError::new(
-        "NOTLOCK",
-        "fence key holds a value that is not a fencing token",
-    )
-}
-
-/// `string.match(v, '^%d+$')`.
-pub(crate) fn all_digits(v: &[u8]) -> bool {
-    !v.is_empty() && v.iter().all(u8::is_ascii_digit)
-}
-
-/// The largest fencing token: 2^53 - 1, the largest integer a Lua number (a double) holds exactly.
-pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;
-
-/// A fence key's value as a token, the way the scripts accept it: digits, at most [`MAX_FENCE`]
-/// (`string.match(v, '^%d+$') and tonumber(v) <= 9007199254740991`).
-pub(crate) fn fence_token(v: &[u8]) -> Option<u64> {
-    if !all_digits(v) {
-        return None;
-    }
-    let digits = std::str::from_utf8(v).ok()?;
-    digits.parse::<u64>().ok().filter(|t| *t <= MAX_FENCE)
-}
-
-/// Read a fence key the way the scripts do: absent → `None`, a token → the value, else `NOTLOCK`.
-pub(crate) fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
-    if string_or_none(db, key, "fence")? == "none" {
-        return Ok(None);
-    }
-    let raw = db.get(key)?.unwrap_or_default();
-    fence_token(&raw).map(Some).ok_or_else(not_a_fence)
-}
-
-/// A repeat's write: `PEXPIRE key (PTTL key)` when the key expires, keeping its expiry. A
-/// script that found its own earlier write in place makes one, so that a `WAIT` pipelined after
-/// it waits for replicas that have that write.
-pub(crate) fn touch(db: &mut Db, key: &str) {
-    let pttl = db.pttl(key);
-    if pttl > 0 {
-        db.pexpire(key, std::time::Duration::from_millis(pttl as u64));
-    }
-}
-
-/// Microseconds since the epoch, by the store's (frozen) clock.
-pub(crate) fn now_us(db: &Db) -> u64 {
-    let (secs, micros) = db.time();
-    secs * 1_000_000 + micros
-}
-
-pub(crate) fn format_lease(expiry_ms: u64, fence: u64, nonce: &str) -> String {
-    format!("{LEASE_PREFIX}{expiry_ms}:{fence}:{nonce}")
-}

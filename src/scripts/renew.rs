@@ -1,10 +1,9 @@
 use std::time::Duration;
 
-use super::{
-    LEASE_PREFIX, all_digits, fence_token, not_a_fence, not_a_lease, now_us, string_or_none, touch,
+use super::format::{LEASE_PREFIX, fence_token, not_a_fence, not_a_lease};
+use crate::script::{
+    CommandResult, Db, Reply, Script, all_digits, int_arg, now_us, string_or_none, touch,
 };
-use crate::script::{Reply, Script, int_arg};
-use crate::store::memory::{CommandResult, Db};
 
 /// Move the expiry of a held lease and rotate its nonce. Lua: `renew.lua`.
 pub static RENEW: Script = Script::new("renew", include_str!("renew.lua"), native);

@@ -10,7 +10,7 @@
 //!
 //! Every multi-key script of every lock kind declares keys under one hash tag
 //! (`<prefix>{name}…`), so they live in one slot and never meet `CROSSSLOT`. [`ClusterStore`]
-//! checks that before sending ([`check_one_slot`](crate::keys::check_one_slot)) and answers
+//! checks that before sending ([`check_one_slot`](crate::slot::check_one_slot)) and answers
 //! [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) instead of a server error when a
 //! caller's own keys would not.
 //!
@@ -346,7 +346,7 @@ impl Store for ClusterStore {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
-        crate::keys::check_one_slot(keys)?;
+        crate::slot::check_one_slot(keys)?;
         let mut invocation = script.redis().prepare_invoke();
         for key in keys {
             invocation.key(key);
@@ -409,7 +409,7 @@ impl super::ReplicaStore for ClusterStore {
         args: &[String],
         wait: super::WaitFor,
     ) -> Result<(Reply, super::Acks)> {
-        crate::keys::check_one_slot(keys)?;
+        crate::slot::check_one_slot(keys)?;
         if keys.is_empty() {
             return Err(Error::invalid(
                 "eval_wait needs a key: it routes the pipeline to that key's master",

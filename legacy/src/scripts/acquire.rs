@@ -1,10 +1,8 @@
 use std::time::Duration;
 
-use tairlock::Script;
-use tairlock::script::{Reply, int_arg};
-use tairlock::store::memory::{CommandError, CommandResult, Db};
+use tairlock::script::{CommandError, CommandResult, Db, Reply, Script, int_arg, string_or_none};
 
-use super::{digits, now, px, string_or_none};
+use super::native::{digits, now, px};
 
 /// 2^53: the integers up to here are exact in a Lua number (a double).
 const LUA_EXACT: u128 = 1 << 53;

@@ -13,6 +13,7 @@
 //! writing (`WRONGTYPE`/`NOTLOCK`, nothing written), and is O(1).
 
 mod acquire;
+mod native;
 mod probe;
 mod probe_write;
 mod release;
@@ -25,35 +26,6 @@ pub use self::release::RELEASE;
 pub use self::renew::RENEW;
 
 use tairlock::Script;
-use tairlock::store::memory::{CommandError, CommandResult, Db};
 
 /// Every script, e.g. for [`RedisStore::preload`](tairlock::RedisStore::preload).
 pub static ALL: [&Script; 5] = [&ACQUIRE, &RELEASE, &RENEW, &PROBE, &PROBE_WRITE];
-
-/// `TYPE` must be `none` or `string`, as the Lua checks it.
-fn string_or_none(db: &mut Db, key: &str, what: &str) -> CommandResult<&'static str> {
-    match db.key_type(key) {
-        t @ ("none" | "string") => Ok(t),
-        other => Err(CommandError::new(
-            "WRONGTYPE",
-            format!("{what} key holds a {other}"),
-        )),
-    }
-}
-
-/// `#v <= 19 and string.match(v, '^%d+$')`, then `tonumber`.
-fn digits(v: &[u8]) -> Option<u64> {
-    crate::wire::parse_value(v)
-}
-
-/// (now in µs, now in ms) by the store's frozen clock, as the scripts compute them from `TIME`.
-fn now(db: &Db) -> (u64, u64) {
-    let (secs, micros) = db.time();
-    let us = secs * 1_000_000 + micros;
-    (us, us / 1000)
-}
-
-/// `(value + 1) * unit - now_ms - 1`: the PX that ends the key with its timestamp.
-fn px(value: u64, unit_ms: u64, now_ms: u64) -> u64 {
-    ((value + 1) * unit_ms).saturating_sub(now_ms + 1)
-}

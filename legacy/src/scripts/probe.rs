@@ -1,6 +1,4 @@
-use tairlock::Script;
-use tairlock::script::Reply;
-use tairlock::store::memory::{CommandResult, Db};
+use tairlock::script::{CommandResult, Db, Reply, Script};
 
 /// Answers 1: whether the server runs scripts at all. Lua: `probe.lua`.
 pub static PROBE: Script = Script::new("legacy_probe", include_str!("probe.lua"), native);

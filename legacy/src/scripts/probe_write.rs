@@ -1,6 +1,4 @@
-use tairlock::Script;
-use tairlock::script::Reply;
-use tairlock::store::memory::{CommandResult, Db};
+use tairlock::script::{CommandResult, Db, Reply, Script};
 
 /// Reads `TIME`, then writes (and deletes) a scratch key, as the acquire script does; answers 1.
 /// Lua: `probe_write.lua`.

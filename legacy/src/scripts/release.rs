@@ -1,8 +1,4 @@
-use tairlock::Script;
-use tairlock::script::Reply;
-use tairlock::store::memory::{CommandResult, Db};
-
-use super::string_or_none;
+use tairlock::script::{CommandResult, Db, Reply, Script, string_or_none};
 
 /// Delete a legacy-format lock only if it is still exactly this grant's. Lua: `release.lua`.
 pub static RELEASE: Script = Script::new("legacy_release", include_str!("release.lua"), native);

@@ -1,10 +1,8 @@
 use std::time::Duration;
 
-use tairlock::Script;
-use tairlock::script::{Reply, int_arg};
-use tairlock::store::memory::{CommandResult, Db};
+use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, string_or_none};
 
-use super::{now, px, string_or_none};
+use super::native::{now, px};
 
 /// Extend a legacy-format lock this grant still holds exactly. Lua: `renew.lua`.
 pub static RENEW: Script = Script::new("legacy_renew", include_str!("renew.lua"), native);

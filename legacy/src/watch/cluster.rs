@@ -68,7 +68,7 @@ use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
-use tairlock::keys::{check_one_slot, key_slot};
+use tairlock::slot::{check_one_slot, key_slot};
 use tairlock::{ClusterStore, Error, ErrorKind, Reply, Result};
 
 use super::store::{Read, TxOp, WatchConnection, WatchStore, reply_error, watch_pipeline};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tairlock::store::memory::{CommandError, Db};
+use tairlock::script::{CommandError, Db};
 use tairlock::{MemoryStore, Reply, Result};
 
 use super::store::{Expiry, Read, TxOp, WatchConnection, WatchStore};

@@ -1,7 +1,6 @@
-use tairlock::store::memory::{CommandResult, Db};
-use tairlock::{Reply, Script};
+use tairlock::script::{CommandResult, Db, Reply, Script, now_ms};
 
-use super::{now_ms, typed};
+use super::typed;
 
 /// Live readers, and the writer's and intent's remaining time; read-only. Lua: `count.lua`.
 pub static COUNT: Script = Script::new("rw_count", include_str!("count.lua"), native);

@@ -1,7 +1,4 @@
-use tairlock::store::memory::{CommandResult, Db};
-use tairlock::{Reply, Script};
-
-use super::now_ms;
+use tairlock::script::{CommandResult, Db, Reply, Script, now_ms};
 
 /// One read-only snapshot of a reader/writer lock. Lua: `inspect.lua`.
 pub static INSPECT: Script = Script::new("rw_inspect", include_str!("inspect.lua"), native);

@@ -43,8 +43,7 @@ pub use self::read_renew::READ_RENEW;
 pub use self::write_abandon::WRITE_ABANDON;
 pub use self::write_acquire::WRITE_ACQUIRE;
 
-use tairlock::Script;
-use tairlock::store::memory::{CommandError, CommandResult, Db};
+use tairlock::script::{CommandError, CommandResult, Db, Script};
 
 /// Every script of the scripted RwLock (the two core scripts it reuses included), e.g. for
 /// [`RedisStore::preload`](tairlock::RedisStore::preload).
@@ -105,17 +104,6 @@ pub(crate) fn ends_with_nonce(value: &[u8], nonce: &str) -> bool {
     value.ends_with(mine.as_bytes())
 }
 
-/// Microseconds since the epoch, by the store's (frozen) clock.
-pub(crate) fn now_us(db: &Db) -> u64 {
-    let (secs, micros) = db.time();
-    secs * 1_000_000 + micros
-}
-
-/// Milliseconds since the epoch, by the store's (frozen) clock.
-pub(crate) fn now_ms(db: &Db) -> u64 {
-    now_us(db) / 1000
-}
-
 /// `ZREMRANGEBYSCORE readers -inf (now`: drop every reader whose lease has passed.
 pub(crate) fn reap(db: &mut Db, readers: &str, now_ms: u64) -> CommandResult<()> {
     db.zremrangebyscore(readers, f64::NEG_INFINITY, now_ms as f64 - 0.5)?;
@@ -136,6 +124,3 @@ pub(crate) fn add_reader(
     }
     Ok(())
 }
-
-/// The largest fencing token: 2^53 - 1, the largest integer a Lua number holds exactly.
-pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;

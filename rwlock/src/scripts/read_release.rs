@@ -1,7 +1,6 @@
-use tairlock::store::memory::{CommandResult, Db};
-use tairlock::{Reply, Script};
+use tairlock::script::{CommandResult, Db, Reply, Script, now_ms};
 
-use super::{now_ms, reap, typed};
+use super::{reap, typed};
 
 /// Remove one reader; announce when the last live one left. Lua: `read_release.lua`.
 pub static READ_RELEASE: Script =

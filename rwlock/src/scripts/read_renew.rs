@@ -1,8 +1,6 @@
-use tairlock::script::int_arg;
-use tairlock::store::memory::{CommandResult, Db};
-use tairlock::{Reply, Script};
+use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::{add_reader, now_ms, reap, typed};
+use super::{add_reader, reap, typed};
 
 /// Move a live reader's lease. Lua: `read_renew.lua`.
 pub static READ_RENEW: Script =

@@ -1,5 +1,4 @@
-use tairlock::store::memory::{CommandResult, Db};
-use tairlock::{Reply, Script};
+use tairlock::script::{CommandResult, Db, Reply, Script};
 
 use super::{ends_with_nonce, intent, typed, writer_lease};
 

@@ -1,10 +1,9 @@
 use std::time::Duration;
 
-use tairlock::script::int_arg;
-use tairlock::store::memory::{CommandError, CommandResult, Db};
-use tairlock::{Reply, Script};
+use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_us};
+use tairlock::scripts::{format_lease, read_fence};
 
-use super::{MAX_FENCE, ends_with_nonce, intent, now_us, reap, typed, writer_lease};
+use super::{ends_with_nonce, intent, reap, typed, writer_lease};
 
 /// Take the write lock if nobody reads or writes, or announce this writer's intent. Lua:
 /// `write_acquire.lua`.
@@ -20,21 +19,7 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     typed(db, w, "string", "writer")?;
     typed(db, r, "zset", "readers")?;
     typed(db, wi, "string", "intent")?;
-    let mut last = 0;
-    if typed(db, fence_key, "string", "fence")? {
-        let raw = db.get(fence_key)?.unwrap_or_default();
-        last = std::str::from_utf8(&raw)
-            .ok()
-            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|s| s.parse::<u64>().ok())
-            .filter(|t| *t <= MAX_FENCE)
-            .ok_or_else(|| {
-                CommandError::new(
-                    "NOTLOCK",
-                    "fence key holds a value that is not a fencing token",
-                )
-            })?;
-    }
+    let last = read_fence(db, fence_key)?.unwrap_or(0);
     let writer = writer_lease(db, w)?;
     let intent = intent(db, wi)?;
     let mut readers = 0;
@@ -62,7 +47,7 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
                 let ttl = int_arg(args, 1)? as u64;
                 let retention = int_arg(args, 3)? as u64;
                 let fence = (last + 1).max(now_us);
-                let lease = format!("tl1:{}:{fence}:{nonce}", now + ttl);
+                let lease = format_lease(now + ttl, fence, nonce);
                 db.set(w, lease.clone(), Some(Duration::from_millis(ttl)));
                 db.set(
                     fence_key,

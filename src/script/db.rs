@@ -1,10 +1,11 @@
-//! The embedded keyspace: Redis's data model, in process.
+//! The keyspace native bodies run on: Redis's data model, in process.
 //!
 //! [`Db`] is what an atomic operation's native body works on, the way its Lua twin works on the
 //! server through `redis.call`. Every method mirrors one Redis command, with the same replies and
 //! the same errors (`WRONGTYPE`, "not an integer"), and the same expiry rule: a key whose expiry
 //! time is in the past does not exist. Time is frozen for the length of one command or script,
-//! as on the server.
+//! as on the server. The embedded store ([`MemoryStore`](crate::store::MemoryStore)) holds one
+//! behind its mutex and adds the clock and the release notifications.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -121,7 +122,7 @@ struct Entry {
 }
 
 /// A string value a command or script wrote, replaced or deleted: what
-/// [`MemoryStore::on_change`](super::MemoryStore::on_change) reports. Expiry is not a change
+/// [`MemoryStore::on_change`](crate::store::MemoryStore::on_change) reports. Expiry is not a change
 /// (nobody caused it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {

@@ -1,4 +1,6 @@
-//! The embedded store: Redis's data model and commands in process, with an injectable clock.
+//! The embedded store: a keyspace ([`Db`], Redis's data model and commands, from the scripting
+//! vocabulary) behind one mutex, an injectable clock, and the hub that delivers its release
+//! notifications in process.
 //!
 //! Shaped like mini-redis's `Db`: a cheap-to-clone handle around one shared state, and one mutex
 //! around the keyspace, held for exactly one command or one script. That is Redis's own unit of
@@ -8,12 +10,12 @@
 //! same contract as [`RedisStore`](super::RedisStore) by the shared conformance and differential
 //! tests.
 
-mod db;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use self::db::{Change, CommandError, CommandResult, Db};
+/// The keyspace and its types, defined with the scripting vocabulary ([`crate::script`]) and
+/// re-exported here where the embedded store's users have always found them.
+pub use crate::script::{Change, CommandError, CommandResult, Db};
 
 use super::{Store, Ttl};
 use crate::clock::{SharedClock, SystemClock};

@@ -589,7 +589,10 @@ fn race_command(args: RaceArgs) -> ExitCode {
         let timelines = rows.iter().filter_map(|r| r.timeline.clone()).collect();
         let svg = race::timeline::svg(&heading, &race::timeline::side_by_side(timelines));
         if let Err(e) = std::fs::write(file, svg) {
-            eprintln!("tairlock: cannot write the timeline to {}: {e}", file.display());
+            eprintln!(
+                "tairlock: cannot write the timeline to {}: {e}",
+                file.display()
+            );
             return ExitCode::from(4);
         }
         eprintln!("tairlock: timeline written to {}", file.display());

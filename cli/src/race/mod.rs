@@ -421,13 +421,7 @@ async fn run_row<S: Store>(
         }
         counts.add(trial_counts);
     }
-    let mut row = make_row(
-        algorithm.as_ref(),
-        scenario,
-        store_name,
-        config,
-        counts,
-    );
+    let mut row = make_row(algorithm.as_ref(), scenario, store_name, config, counts);
     row.timeline = drawn;
     Ok(row)
 }

@@ -411,7 +411,7 @@ const MUTED: &str = "#5a5a5a";
 /// A rough width of `text` at `size` px (DejaVu Sans is among the widest sans fonts; this
 /// errs wide).
 fn text_width(text: &str, size: f64) -> f64 {
-    text.chars().count() as f64 * size * 0.62
+    text.chars().count() as f64 * size * 0.6
 }
 
 fn esc(text: &str) -> String {
@@ -528,8 +528,8 @@ pub fn svg(heading: &str, lines: &[Vec<Timeline>]) -> String {
 
 const DEFS: &str = r##"<defs>
 <pattern id="stall" patternUnits="userSpaceOnUse" width="5" height="5" patternTransform="rotate(45)">
-<rect width="5" height="5" fill="#fff" fill-opacity="0.55"/>
-<line x1="0" y1="0" x2="0" y2="5" stroke="#333" stroke-width="1.6"/>
+<rect width="5" height="5" fill="#fff" fill-opacity="0.4"/>
+<line x1="0" y1="0" x2="0" y2="5" stroke="#777" stroke-width="1.1"/>
 </pattern>
 <pattern id="crash" patternUnits="userSpaceOnUse" width="5" height="5">
 <rect width="5" height="5" fill="#bbb"/>
@@ -580,7 +580,7 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
             ),
             3 => writeln!(
                 out,
-                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"url(#stall)\" stroke=\"#333\" stroke-width=\"0.6\"/>",
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"url(#stall)\" stroke=\"#777\" stroke-width=\"0.6\"/>",
                 m - 6.0
             ),
             4 => writeln!(
@@ -655,6 +655,39 @@ fn format_time(d: Duration, step: Duration) -> String {
         format!("{} ms", d.as_millis())
     } else {
         format!("{} µs", d.as_micros())
+    }
+}
+
+/// How fencing tokens are written on the bars: as they are when they are short (counters),
+/// else by rank in the trial (tokens taken from a clock run to 16 digits; their order is what
+/// fencing needs).
+struct FenceLabels {
+    ranks: Option<Vec<u64>>,
+}
+
+impl FenceLabels {
+    fn new(t: &Timeline) -> Self {
+        let mut fences: Vec<u64> = t.sections.iter().filter_map(|s| s.fence).collect();
+        if fences.iter().all(|&f| f < 10_000) {
+            return FenceLabels { ranks: None };
+        }
+        fences.sort_unstable();
+        fences.dedup();
+        FenceLabels {
+            ranks: Some(fences),
+        }
+    }
+
+    fn by_rank(&self) -> bool {
+        self.ranks.is_some()
+    }
+
+    fn label(&self, fence: Option<u64>) -> Option<String> {
+        let fence = fence?;
+        Some(match &self.ranks {
+            None => fence.to_string(),
+            Some(ranks) => format!("#{}", ranks.binary_search(&fence).ok()? + 1),
+        })
     }
 }
 
@@ -744,7 +777,7 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
         let (x0, x1) = (px(g.start), px(g.end).max(px(g.start) + 1.5));
         let _ = writeln!(
             out,
-            "<rect class=\"stall\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"12\" fill=\"url(#stall)\" stroke=\"#333\" stroke-width=\"0.6\"/>",
+            "<rect class=\"stall\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"12\" fill=\"url(#stall)\" stroke=\"#777\" stroke-width=\"0.6\"/>",
             row_top(g.client) + 2.0,
             x1 - x0
         );
@@ -784,9 +817,11 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
         );
     }
     // Fencing tokens on the bars wide enough for them, where nothing else is.
+    let fences = FenceLabels::new(t);
     for s in t.sections.iter().filter(|s| !s.shared) {
-        let Some(fence) = s.fence else { continue };
-        let label = fence.to_string();
+        let Some(label) = fences.label(s.fence) else {
+            continue;
+        };
         let w = text_width(&label, 9.0);
         let (x0, x1) = (px(s.start), px(s.end));
         let free = |a: f64, b: f64| {
@@ -833,46 +868,40 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
         );
         d += step;
     }
-    // The caption: the trial's counts, flowed into lines.
+    // The caption: the trial's counts (the JSON row's), then its violations by kind.
     let c = &t.caption;
-    let mut items: Vec<(Option<ViolationKind>, String, bool)> = vec![
-        (None, format!("acquisitions {}", c.acquisitions), false),
-        (None, format!("writes rejected {}", c.writes_rejected), false),
-        (None, format!("stalls {}", c.stalls), false),
-        (None, format!("crashes {}", c.crashes), false),
-        (
-            None,
-            format!("stuck locks {}", c.stuck_locks),
-            c.stuck_locks > 0,
-        ),
+    let mut cy = axis_y + AXIS_H + 10.0;
+    let counts = [
+        ("acquisitions", c.acquisitions, false),
+        ("writes rejected", c.writes_rejected, false),
+        ("stalls", c.stalls, false),
+        ("crashes", c.crashes, false),
+        ("stuck locks", c.stuck_locks, c.stuck_locks > 0),
     ];
+    let _ = write!(
+        out,
+        "<text class=\"count\" x=\"{x:.1}\" y=\"{cy:.1}\" font-size=\"10.5\" fill=\"{INK}\">"
+    );
+    for (i, (label, n, alarm)) in counts.into_iter().enumerate() {
+        let sep = if i == 0 { "" } else { " · " };
+        if alarm {
+            let _ = write!(
+                out,
+                "{sep}<tspan fill=\"{RED}\" font-weight=\"bold\">{label} {n}</tspan>"
+            );
+        } else {
+            let _ = write!(out, "{sep}{label} {n}");
+        }
+    }
+    out.push_str("</text>\n");
+    cy += CAPTION_LINE;
+    let mut cx = x;
     for kind in ViolationKind::ALL {
         let n = c.count(kind);
-        items.push((Some(kind), format!("{} {n}", kind.label()), n > 0));
-    }
-    let mut cy = axis_y + AXIS_H + 10.0;
-    let mut cx = x;
-    let mut first = true;
-    for (kind, text, alarm) in items {
-        let w = kind.map_or(0.0, |_| 13.0) + text_width(&text, 10.5);
-        let sep = if first { 0.0 } else { 14.0 };
-        if !first && cx + sep + w > x + PANEL_W - 4.0 {
-            cx = x;
-            cy += CAPTION_LINE;
-        } else {
-            cx += sep;
-        }
-        // Violation kinds start their own line.
-        if kind == Some(ViolationKind::Overlap) && cx > x {
-            cx = x;
-            cy += CAPTION_LINE;
-        }
-        first = false;
-        if let Some(kind) = kind {
-            marker(out, kind, cx + 5.0, cy - 3.5, "key");
-            cx += 13.0;
-        }
-        let (colour, weight) = if alarm {
+        let text = format!("{} {n}", kind.label());
+        marker(out, kind, cx + 5.0, cy - 3.5, "key");
+        cx += 13.0;
+        let (colour, weight) = if n > 0 {
             (RED, "bold")
         } else {
             (INK, "normal")
@@ -882,7 +911,14 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
             "<text class=\"count\" x=\"{cx:.1}\" y=\"{cy:.1}\" font-size=\"10.5\" font-weight=\"{weight}\" fill=\"{colour}\">{}</text>",
             esc(&text)
         );
-        cx += text_width(&text, 10.5);
+        cx += text_width(&text, 10.5) + 12.0;
+    }
+    if fences.by_rank() {
+        cy += CAPTION_LINE;
+        let _ = writeln!(
+            out,
+            "<text x=\"{x:.1}\" y=\"{cy:.1}\" font-size=\"10\" fill=\"{MUTED}\">fencing tokens are clock readings: the bars number them in order</text>"
+        );
     }
     out.push_str("</g>\n");
     cy + 4.0
@@ -960,7 +996,10 @@ mod tests {
             ]
         );
         let crash = t.gaps.iter().find(|g| g.kind == GapKind::Crash).unwrap();
-        assert_eq!((crash.client, crash.start, crash.end), (1, ms(170), ms(220)));
+        assert_eq!(
+            (crash.client, crash.start, crash.end),
+            (1, ms(170), ms(220))
+        );
         assert_eq!(t.expiries, vec![(0, ms(101)), (1, ms(220))]);
     }
 

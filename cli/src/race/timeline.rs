@@ -498,6 +498,14 @@ pub fn svg(heading: &str, lines: &[Vec<Timeline>]) -> String {
         esc(heading)
     );
     y += 22.0;
+    if columns > 1.0 {
+        let _ = writeln!(
+            body,
+            "<text x=\"{MARGIN}\" y=\"{:.1}\" font-size=\"11.5\" fill=\"{MUTED}\">Each verbatim recipe (left) next to its fix (right): same scenario, same seed. Under each trial, its counts: the same as its JSON row.</text>",
+            y + 8.0
+        );
+        y += 18.0;
+    }
     y = legend(&mut body, y, width);
     y += 10.0;
     for line in lines {
@@ -549,17 +557,18 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
         "lease ends",
     ];
     let mid = |y: f64| y + ROW_H / 2.0;
-    let mut y = y;
-    let mut x = MARGIN;
-    let place = |x: &mut f64, y: &mut f64, w: f64| {
-        if *x + w > width - MARGIN {
-            *x = MARGIN;
-            *y += ROW_H + 2.0;
-        }
+    // A grid of three columns (two on a narrow picture): the labels line up.
+    let columns = if width > 900.0 { 3 } else { 2 };
+    let column_w = (width - 2.0 * MARGIN) / f64::from(columns);
+    let cell = |i: usize| {
+        let (row, col) = (i / columns as usize, i % columns as usize);
+        (
+            MARGIN + col as f64 * column_w,
+            y + row as f64 * (ROW_H + 3.0),
+        )
     };
     for (i, label) in ITEMS.iter().enumerate() {
-        let w = 28.0 + text_width(label, 11.0) + 18.0;
-        place(&mut x, &mut y, w);
+        let (x, y) = cell(i);
         let (top, m) = (mid(y) - BAR_H / 2.0, mid(y));
         let _ = match i {
             0 => writeln!(
@@ -600,18 +609,14 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
             m + 4.0,
             esc(label)
         );
-        x += w;
     }
-    x = MARGIN;
-    y += ROW_H + 2.0;
-    for kind in ViolationKind::ALL {
+    for (i, kind) in ViolationKind::ALL.into_iter().enumerate() {
         let label = match kind {
             ViolationKind::Overlap => "overlap: entered while another was inside",
             ViolationKind::ForeignDeletion => "foreign deletion: removed a live holder's lock",
             ViolationKind::StaleWrite => "stale write accepted",
         };
-        let w = 16.0 + text_width(label, 11.0) + 18.0;
-        place(&mut x, &mut y, w);
+        let (x, y) = cell(ITEMS.len().next_multiple_of(columns as usize) + i);
         marker(out, kind, x + 6.0, mid(y), "key");
         let _ = writeln!(
             out,
@@ -620,9 +625,10 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
             mid(y) + 4.0,
             esc(label)
         );
-        x += w;
     }
-    y + ROW_H
+    let rows = (ITEMS.len().next_multiple_of(columns as usize) + ViolationKind::ALL.len())
+        .div_ceil(columns as usize);
+    y + rows as f64 * (ROW_H + 3.0)
 }
 
 /// A lease-end tick on the row whose top is `top`.
@@ -917,7 +923,7 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
         cy += CAPTION_LINE;
         let _ = writeln!(
             out,
-            "<text x=\"{x:.1}\" y=\"{cy:.1}\" font-size=\"10\" fill=\"{MUTED}\">fencing tokens are clock readings: the bars number them in order</text>"
+            "<text x=\"{x:.1}\" y=\"{cy:.1}\" font-size=\"10\" fill=\"{MUTED}\">fencing tokens are long numbers here: the bars number them in order</text>"
         );
     }
     out.push_str("</g>\n");

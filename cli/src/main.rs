@@ -657,7 +657,8 @@ fn race_timeline_config(
     if args.duration.is_none() {
         config.trial_length = config.lease * 8;
     }
-    if args.algorithms.is_empty() {
+    // `--redlock` races its own row only, whatever the list says.
+    if args.algorithms.is_empty() && args.redlock.is_empty() {
         config.algorithms = race::timeline::PAIRS
             .iter()
             .flat_map(|&(recipe, fix)| [recipe.to_owned(), fix.to_owned()])

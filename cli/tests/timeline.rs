@@ -368,3 +368,29 @@ fn timeline_on_a_real_server_matches_its_json_rows() {
     assert_self_contained(&svg);
     assert!(svg.contains("(real time)"), "the heading says how it ran");
 }
+
+#[test]
+fn timeline_of_redlock_draws_its_own_row() {
+    let servers: Vec<server::RedisServer> = (0..3).map(|_| server::RedisServer::start()).collect();
+    let urls = servers
+        .iter()
+        .map(server::RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let file = TempFile::new("redlock");
+    let (code, rows, stderr) = race(&[
+        "--redlock",
+        &urls,
+        "--scenario",
+        "long-stalls",
+        "--lease",
+        "60ms",
+        "--timeline",
+        file.arg(),
+    ]);
+    assert!(code == 0 || code == 1, "exit {code}; stderr:\n{stderr}");
+    assert_eq!(rows.len(), 1, "the redlock row; stderr:\n{stderr}");
+    assert_eq!(rows[0]["algorithm"], "redlock");
+    let svg = std::fs::read_to_string(&file.0).expect("the timeline was written");
+    check_against_rows(&svg, &rows);
+}

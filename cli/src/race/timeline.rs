@@ -626,8 +626,19 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
             esc(label)
         );
     }
-    let rows = (ITEMS.len().next_multiple_of(columns as usize) + ViolationKind::ALL.len())
-        .div_ceil(columns as usize);
+    let band = ITEMS.len().next_multiple_of(columns as usize)
+        + ViolationKind::ALL.len().next_multiple_of(columns as usize);
+    let (x, band_y) = cell(band);
+    let _ = writeln!(
+        out,
+        "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"22\" height=\"{:.1}\" fill=\"{RED}\" fill-opacity=\"0.22\"/>\
+         <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{INK}\">shaded: an overlap, while both are inside</text>",
+        band_y + 1.0,
+        ROW_H - 2.0,
+        x + 28.0,
+        mid(band_y) + 4.0
+    );
+    let rows = band / columns as usize + 1;
     y + rows as f64 * (ROW_H + 3.0)
 }
 
@@ -787,6 +798,40 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
             row_top(g.client) + 2.0,
             x1 - x0
         );
+    }
+    // Each overlap as a light red band over the rows of the clients inside together, for as
+    // long as both are inside.
+    for v in t
+        .violations
+        .iter()
+        .filter(|v| v.kind == ViolationKind::Overlap)
+    {
+        let Some(entering) = t
+            .sections
+            .iter()
+            .find(|s| s.client == v.client && s.start == v.at)
+        else {
+            continue;
+        };
+        for other in t.sections.iter().filter(|o| {
+            o.client != v.client
+                && o.start <= v.at
+                && o.end > v.at
+                && !(o.shared && entering.shared)
+        }) {
+            let until = entering.end.min(other.end);
+            let (top, bottom) = (
+                row_top(v.client.min(other.client)) + 1.0,
+                row_top(v.client.max(other.client)) + ROW_H - 1.0,
+            );
+            let _ = writeln!(
+                out,
+                "<rect class=\"together\" x=\"{:.1}\" y=\"{top:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{RED}\" fill-opacity=\"0.22\"/>",
+                px(v.at),
+                (px(until) - px(v.at)).max(1.0),
+                bottom - top
+            );
+        }
     }
     // What a label must not cover, by row: ticks and markers.
     let mut taken: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();

@@ -489,11 +489,11 @@ fn race_command(args: RaceArgs) -> ExitCode {
     } else if args.lease.is_some() {
         config.trial_length = config.lease * if real_time { 15 } else { 30 };
     }
-    if let Some(file) = &args.timeline {
-        if let Err(e) = race_timeline_config(&mut config, &args, file) {
-            eprintln!("tairlock: {e}");
-            return ExitCode::from(2);
-        }
+    if let Some(file) = &args.timeline
+        && let Err(e) = race_timeline_config(&mut config, &args, file)
+    {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
     }
     let progress = |row: &Row| {
         eprintln!(

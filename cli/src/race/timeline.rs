@@ -844,7 +844,7 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
     }
     // Markers: nudged right where they would cover each other on a row.
     let mut violations: Vec<&Violation> = t.violations.iter().collect();
-    violations.sort_by(|a, b| (a.client, a.at).cmp(&(b.client, b.at)));
+    violations.sort_by_key(|v| (v.client, v.at));
     let mut previous: Option<(usize, f64)> = None;
     let mut markers = String::new();
     for v in violations {

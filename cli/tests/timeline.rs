@@ -153,7 +153,10 @@ fn check_against_rows(svg: &str, rows: &[Value]) -> u64 {
         ] {
             let shown = format!("{label} {}", count(row, field));
             assert!(
-                panel.caption.contains(&shown),
+                panel
+                    .caption
+                    .split(['\n', '·'])
+                    .any(|item| item.trim() == shown),
                 "caption of {} {} lacks {shown:?}:\n{}",
                 panel.algorithm,
                 panel.scenario,
@@ -393,4 +396,34 @@ fn timeline_of_redlock_draws_its_own_row() {
     assert_eq!(rows[0]["algorithm"], "redlock");
     let svg = std::fs::read_to_string(&file.0).expect("the timeline was written");
     check_against_rows(&svg, &rows);
+}
+
+#[test]
+fn the_committed_timeline_is_well_formed_and_self_contained() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/race-timeline.svg");
+    let svg = std::fs::read_to_string(&path).expect("docs/race-timeline.svg");
+    assert_self_contained(&svg);
+    let panels = panels(&svg);
+    assert_eq!(
+        panels.len(),
+        12,
+        "3 recipes and their fixes under 2 scenarios"
+    );
+    // Its markers agree with its captions, kind by kind.
+    for p in &panels {
+        for (kind, label) in [
+            ("overlap", "overlaps"),
+            ("foreign-deletion", "foreign deletions"),
+            ("stale-write", "stale writes accepted"),
+        ] {
+            let n = p.violations.get(kind).copied().unwrap_or(0);
+            assert!(
+                p.caption.contains(&format!("{label} {n}\n")),
+                "{} {}: {n} {kind} markers vs\n{}",
+                p.algorithm,
+                p.scenario,
+                p.caption
+            );
+        }
+    }
 }

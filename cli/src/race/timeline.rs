@@ -414,6 +414,26 @@ fn text_width(text: &str, size: f64) -> f64 {
     text.chars().count() as f64 * size * 0.6
 }
 
+/// `text` in lines of at most about `width` px at `size` px, broken at spaces.
+fn wrap(text: &str, width: f64, size: f64) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let candidate = if line.is_empty() {
+            word.to_owned()
+        } else {
+            format!("{line} {word}")
+        };
+        if !line.is_empty() && text_width(&candidate, size) > width {
+            lines.push(std::mem::replace(&mut line, word.to_owned()));
+        } else {
+            line = candidate;
+        }
+    }
+    lines.push(line);
+    lines
+}
+
 fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -491,13 +511,16 @@ pub fn svg(heading: &str, lines: &[Vec<Timeline>]) -> String {
         .max(Duration::from_millis(1));
     let mut body = String::new();
     let mut y = MARGIN;
-    let _ = writeln!(
-        body,
-        "<text x=\"{MARGIN}\" y=\"{:.1}\" font-size=\"15\" font-weight=\"bold\" fill=\"{INK}\">{}</text>",
-        y + 13.0,
-        esc(heading)
-    );
-    y += 22.0;
+    for line in wrap(heading, width - 2.0 * MARGIN, 15.0 * 1.05) {
+        let _ = writeln!(
+            body,
+            "<text x=\"{MARGIN}\" y=\"{:.1}\" font-size=\"15\" font-weight=\"bold\" fill=\"{INK}\">{}</text>",
+            y + 13.0,
+            esc(&line)
+        );
+        y += 20.0;
+    }
+    y += 2.0;
     if columns > 1.0 {
         let _ = writeln!(
             body,
@@ -557,8 +580,8 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
         "lease ends",
     ];
     let mid = |y: f64| y + ROW_H / 2.0;
-    // A grid of three columns (two on a narrow picture): the labels line up.
-    let columns = if width > 900.0 { 3 } else { 2 };
+    // A grid of three columns (one on a narrow picture): the labels line up.
+    let columns = if width > 900.0 { 3 } else { 1 };
     let column_w = (width - 2.0 * MARGIN) / f64::from(columns);
     let cell = |i: usize| {
         let (row, col) = (i / columns as usize, i % columns as usize);

@@ -96,6 +96,7 @@ fn panels(svg: &str) -> Vec<Panel> {
             if c.contains(&"count".to_owned()) {
                 let text: String = n
                     .descendants()
+                    .filter(roxmltree::Node::is_text)
                     .filter_map(|t| t.text())
                     .collect::<Vec<_>>()
                     .concat();

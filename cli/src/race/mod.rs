@@ -21,6 +21,9 @@
 //! paused clock plus an offset within its millisecond), and every command takes a simulated
 //! round trip of 0.1–0.4 ms (two hops of half a uniform draw, seeded per client), so it is fast
 //! and repeatable for a given seed. With `--redis` it runs on real time against the server.
+//!
+//! With [`RaceConfig::timeline`] (`--timeline FILE`), each row's first trial is also recorded
+//! and drawn ([`timeline`]): what happened to each client, when, and where it went wrong.
 
 pub mod algorithms;
 pub mod client;

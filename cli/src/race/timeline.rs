@@ -1146,6 +1146,18 @@ mod tests {
     }
 
     #[test]
+    fn a_long_heading_wraps_at_spaces_and_keeps_every_word() {
+        let text = "tairlock race: one trial each, 8 clients, lease 100ms, seed 1, embedded store";
+        let lines = wrap(text, 300.0, 15.0);
+        assert!(lines.len() > 1, "{lines:?}");
+        assert!(
+            lines.iter().all(|l| text_width(l, 15.0) <= 300.0),
+            "{lines:?}"
+        );
+        assert_eq!(lines.join(" "), text);
+    }
+
+    #[test]
     fn axis_steps_are_round() {
         assert_eq!(axis_step(ms(1000), 5), ms(200));
         assert_eq!(axis_step(ms(600), 5), ms(200));

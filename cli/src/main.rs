@@ -99,6 +99,13 @@ struct RaceArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
+    /// Also draw one trial per algorithm and scenario into this SVG file, each verbatim recipe
+    /// next to its fix. Runs one trial per row (the table's counts are the drawn trial's),
+    /// `lease x 8` long unless `--duration` says otherwise; by default the recipes and their
+    /// fixes: naive-setnx-expire, expire-lock, legacy-getset, legacy-scripted, rw-two-step,
+    /// rw-scripted.
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<std::path::PathBuf>,
     #[command(flatten)]
     conn: ConnArgs,
 }
@@ -482,6 +489,12 @@ fn race_command(args: RaceArgs) -> ExitCode {
     } else if args.lease.is_some() {
         config.trial_length = config.lease * if real_time { 15 } else { 30 };
     }
+    if let Some(file) = &args.timeline
+        && let Err(e) = race_timeline_config(&mut config, &args, file)
+    {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
     let progress = |row: &Row| {
         eprintln!(
             "  {:<20} {:<13} {}",
@@ -560,6 +573,30 @@ fn race_command(args: RaceArgs) -> ExitCode {
     } else {
         print!("{}", report::table(&rows));
     }
+    if let Some(file) = &args.timeline {
+        let store = rows.first().map_or("", |r| r.store.as_str());
+        let heading = format!(
+            "tairlock race: one trial each, {} clients, lease {:?}, seed {}, {}",
+            config.clients,
+            config.lease,
+            config.seed,
+            if config.latency.is_some() {
+                "embedded store (virtual time)".to_owned()
+            } else {
+                format!("{store} (real time)")
+            }
+        );
+        let timelines = rows.iter().filter_map(|r| r.timeline.clone()).collect();
+        let svg = race::timeline::svg(&heading, &race::timeline::side_by_side(timelines));
+        if let Err(e) = std::fs::write(file, svg) {
+            eprintln!(
+                "tairlock: cannot write the timeline to {}: {e}",
+                file.display()
+            );
+            return ExitCode::from(4);
+        }
+        eprintln!("tairlock: timeline written to {}", file.display());
+    }
     let broken: Vec<_> = rows.iter().filter(|r| r.broken()).collect();
     for r in &broken {
         eprintln!(
@@ -589,6 +626,45 @@ fn race_command(args: RaceArgs) -> ExitCode {
         return ExitCode::from(3);
     }
     ExitCode::SUCCESS
+}
+
+/// `--timeline FILE`: one trial per row, a picture-sized trial length, the recipes and their
+/// fixes by default; and a file we can write, checked before the race runs.
+fn race_timeline_config(
+    config: &mut RaceConfig,
+    args: &RaceArgs,
+    file: &std::path::Path,
+) -> Result<(), String> {
+    if args.trials.is_some_and(|t| t != 1) {
+        return Err("--timeline draws one trial per row: leave out --trials or pass 1".to_owned());
+    }
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "--timeline {}: no directory {}",
+            file.display(),
+            dir.display()
+        ));
+    }
+    if file.is_dir() {
+        return Err(format!("--timeline {}: a directory", file.display()));
+    }
+    config.trials = 1;
+    config.timeline = true;
+    if args.duration.is_none() {
+        config.trial_length = config.lease * 8;
+    }
+    // `--redlock` races its own row only, whatever the list says.
+    if args.algorithms.is_empty() && args.redlock.is_empty() {
+        config.algorithms = race::timeline::PAIRS
+            .iter()
+            .flat_map(|&(recipe, fix)| [recipe.to_owned(), fix.to_owned()])
+            .collect();
+    }
+    Ok(())
 }
 
 /// `--clients`: a race needs somebody to race against.

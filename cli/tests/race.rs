@@ -209,6 +209,7 @@ fn safe_row(scenario: &str, overlaps: u64) -> tairlock_cli::race::Row {
         stalls: 0,
         crashes: 0,
         verdict: "ok".to_owned(),
+        timeline: None,
     }
 }
 

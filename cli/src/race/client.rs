@@ -120,6 +120,7 @@ impl<S: Store> Client<S> {
             Action::Go => Ok(()),
             Action::Stall(d) => {
                 self.trial.count_stall();
+                self.trial.record(|r, at| r.stall(self.id, at, d));
                 self.plan.timer.sleep(d).await;
                 Ok(())
             }

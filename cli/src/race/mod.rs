@@ -21,12 +21,16 @@
 //! paused clock plus an offset within its millisecond), and every command takes a simulated
 //! round trip of 0.1–0.4 ms (two hops of half a uniform draw, seeded per client), so it is fast
 //! and repeatable for a given seed. With `--redis` it runs on real time against the server.
+//!
+//! With [`RaceConfig::timeline`] (`--timeline FILE`), each row's first trial is also recorded
+//! and drawn ([`timeline`]): what happened to each client, when, and where it went wrong.
 
 pub mod algorithms;
 pub mod client;
 pub mod report;
 pub mod scenario;
 pub mod sim;
+pub mod timeline;
 pub mod trial;
 
 use std::sync::Arc;
@@ -63,6 +67,8 @@ pub struct RaceConfig {
     pub latency: Option<(Duration, Duration)>,
     /// A prefix for every key the race writes.
     pub key_prefix: String,
+    /// Record each row's first trial for its [`Row::timeline`] (`--timeline`).
+    pub timeline: bool,
 }
 
 impl Default for RaceConfig {
@@ -82,6 +88,7 @@ impl Default for RaceConfig {
             algorithms: Vec::new(),
             latency: Some((Duration::from_micros(100), Duration::from_micros(400))),
             key_prefix: "tairlock-race".to_owned(),
+            timeline: false,
         }
     }
 }
@@ -124,6 +131,10 @@ pub struct Row {
     pub crashes: u64,
     /// What this row shows: `ok`, `flaws shown`, `no flaw shown` or `BROKEN`.
     pub verdict: String,
+    /// The row's first trial, drawn, when [`RaceConfig::timeline`] asked for it (not in the
+    /// JSON). Its caption has that trial's counts: the row's, when the row is one trial.
+    #[serde(skip)]
+    pub timeline: Option<timeline::Timeline>,
 }
 
 impl Row {
@@ -326,6 +337,7 @@ async fn run_row<S: Store>(
         timer: timer.clone(),
     });
     let mut counts = Counts::default();
+    let mut drawn = None;
     for trial_no in 0..config.trials {
         let lock = format!(
             "{}:{}:{}:{}:{}",
@@ -335,8 +347,14 @@ async fn run_row<S: Store>(
             config.seed,
             trial_no
         );
-        let trial = Arc::new(Trial::new(timer.clone()));
-        let end = timer.now() + config.trial_length;
+        let record = config.timeline && trial_no == 0;
+        let trial = Arc::new(if record {
+            Trial::recording(timer.clone())
+        } else {
+            Trial::new(timer.clone())
+        });
+        let start = timer.now();
+        let end = start + config.trial_length;
         let mut tasks = Vec::new();
         for id in 0..config.clients {
             let seed = config.seed
@@ -375,19 +393,40 @@ async fn run_row<S: Store>(
                 store.del(&format!("{key}{extra}")).await?;
             }
         }
-        counts.add(
-            Arc::try_unwrap(trial)
-                .expect("clients are done")
-                .into_counts(),
-        );
+        let (trial_counts, recorder) = Arc::try_unwrap(trial)
+            .expect("clients are done")
+            .into_parts();
+        if let Some(recorder) = recorder {
+            let row = make_row(
+                algorithm.as_ref(),
+                scenario,
+                store_name,
+                config,
+                trial_counts.clone(),
+            );
+            drawn = Some(recorder.finish(
+                (&row.algorithm, &row.scenario, &row.expectation),
+                config.clients,
+                start,
+                config.trial_length,
+                timeline::Caption {
+                    acquisitions: row.acquisitions,
+                    overlaps: row.overlaps,
+                    foreign_deletions: row.foreign_deletions,
+                    stale_writes_accepted: row.stale_writes_accepted,
+                    writes_rejected: row.writes_rejected,
+                    stuck_locks: row.stuck_locks,
+                    stalls: row.stalls,
+                    crashes: row.crashes,
+                    verdict: row.verdict,
+                },
+            ));
+        }
+        counts.add(trial_counts);
     }
-    Ok(make_row(
-        algorithm.as_ref(),
-        scenario,
-        store_name,
-        config,
-        counts,
-    ))
+    let mut row = make_row(algorithm.as_ref(), scenario, store_name, config, counts);
+    row.timeline = drawn;
+    Ok(row)
 }
 
 fn make_row<S: Store>(
@@ -428,6 +467,7 @@ fn make_row<S: Store>(
         stalls: counts.stalls,
         crashes: counts.crashes,
         verdict: String::new(),
+        timeline: None,
     };
     row.verdict = match (algorithm.expectation(), row.broken(), row.flaws()) {
         (Expectation::Safe | Expectation::Unfenced, true, _) => "BROKEN",
@@ -463,6 +503,7 @@ async fn client_loop<S: Store>(
                 // The process died; a new one starts after a while, knowing nothing.
                 client.trial().crashed(client.id());
                 client.sleep(lease / 2).await;
+                client.trial().record(|r, at| r.restart(client.id(), at));
             }
             Err(Interrupt::Store(e)) => return Err(e),
         }
@@ -496,6 +537,7 @@ async fn one_round<S: Store>(
     let left = holding
         .deadline
         .saturating_duration_since(tokio::time::Instant::now());
+    trial.record(|r, at| r.holding(client.id(), holding.fence, at + left));
     let action = client.with_rng(|rng| client.plan().in_critical_section(rng, left, work));
     if let Err(e) = client.act(action).await {
         // Crashed inside: `client_loop` lets its claim go.
@@ -507,6 +549,7 @@ async fn one_round<S: Store>(
     }
     client.sleep(work).await;
     trial.leave(shared);
+    trial.record(|r, at| r.leave(client.id(), at));
     algorithm.release(client, lock, holding).await?;
     trial.released(client.id(), shared);
     // Think time before the next attempt.

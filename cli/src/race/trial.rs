@@ -6,6 +6,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::sim::Timer;
+use super::timeline::{Recorder, ViolationKind};
 
 /// The counts of one trial (summed over trials into a row); see the race module docs.
 #[derive(Debug, Clone, Default)]
@@ -89,6 +90,8 @@ impl State {
 pub struct Trial {
     state: Mutex<State>,
     timer: Timer,
+    /// What happened, for `--timeline` (none otherwise: nothing is recorded).
+    recorder: Option<Mutex<Recorder>>,
 }
 
 impl Trial {
@@ -96,6 +99,22 @@ impl Trial {
         Trial {
             state: Mutex::default(),
             timer,
+            recorder: None,
+        }
+    }
+
+    /// A trial that also records what happens, for its timeline.
+    pub(crate) fn recording(timer: Timer) -> Self {
+        Trial {
+            recorder: Some(Mutex::default()),
+            ..Trial::new(timer)
+        }
+    }
+
+    /// Record something at the current race time, if this trial records.
+    pub(crate) fn record(&self, f: impl FnOnce(&mut Recorder, Duration)) {
+        if let Some(recorder) = &self.recorder {
+            f(&mut recorder.lock(), self.timer.now());
         }
     }
 
@@ -120,6 +139,7 @@ impl Trial {
         // applied it and before the acquire returned.
         if written.is_some_and(|w| w.removed_by_other) {
             s.counts.foreign_deletions += 1;
+            self.record(|r, at| r.deleted_at_grant(client, value, at));
         }
         s.pending.retain(|(c, _), _| *c != client);
         s.waiting.remove(&client);
@@ -132,13 +152,16 @@ impl Trial {
         let others = if shared { s.exclusive_inside } else { s.inside };
         if others > 0 {
             s.counts.overlaps += 1;
+            self.record(|r, at| r.violation(client, at, ViolationKind::Overlap));
         }
         s.inside += 1;
         if !shared {
             s.exclusive_inside += 1;
         }
         s.holders.insert(client, value.to_vec());
-        s.grants
+        let grant = s.grants;
+        self.record(|r, at| r.enter(client, grant, at, shared));
+        grant
     }
 
     /// A client left the critical section (finished, or crashed inside it).
@@ -166,6 +189,7 @@ impl Trial {
     pub(crate) fn released(&self, client: usize, shared: bool) {
         let now = self.timer.now();
         let mut s = self.state.lock();
+        self.record(|r, at| r.released(client, at));
         s.pending.retain(|(c, _), _| *c != client);
         let own = s.released_own.remove(&client);
         s.holders.remove(&client);
@@ -181,6 +205,7 @@ impl Trial {
     pub(crate) fn crashed(&self, client: usize) {
         let now = self.timer.now();
         let mut s = self.state.lock();
+        self.record(|r, at| r.crash(client, at));
         s.pending.retain(|(c, _), _| *c != client);
         s.waiting.remove(&client);
         let own = s.released_own.remove(&client);
@@ -202,12 +227,16 @@ impl Trial {
             let foreign = s.holders.iter().any(|(c, v)| *c != client && v == old);
             if foreign {
                 s.counts.foreign_deletions += 1;
+                self.record(|r, at| r.violation(client, at, ViolationKind::ForeignDeletion));
             }
             if s.holders.get(&client).is_some_and(|v| v == old) {
                 s.released_own.insert(client, now);
             }
             for ((c, v), written) in s.pending.iter_mut() {
                 if *c != client && v == old {
+                    if !written.removed_by_other {
+                        self.record(|r, at| r.deleted_early(*c, v, client, at));
+                    }
                     written.removed_by_other = true;
                 }
             }
@@ -236,6 +265,7 @@ impl Trial {
         s.counts.writes_accepted += 1;
         if grant < s.max_grant_written {
             s.counts.stale_writes_accepted += 1;
+            self.record(|r, at| r.stale_write(grant, at));
         }
         s.max_grant_written = s.max_grant_written.max(grant);
         s.max_token = s.max_token.max(token.unwrap_or(0));
@@ -245,8 +275,17 @@ impl Trial {
         self.state.lock().counts.stuck_locks += 1;
     }
 
+    #[cfg(test)]
     pub(crate) fn into_counts(self) -> Counts {
         self.state.into_inner().counts
+    }
+
+    /// The counts, and what was recorded if this trial records.
+    pub(crate) fn into_parts(self) -> (Counts, Option<Recorder>) {
+        (
+            self.state.into_inner().counts,
+            self.recorder.map(Mutex::into_inner),
+        )
     }
 }
 

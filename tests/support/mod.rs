@@ -381,8 +381,6 @@ pub fn strings<const N: usize>(items: [&str; N]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
-pub mod gated;
-
 /// Compile `source` as a library against the tairlock this test was built with; (success, stderr).
 pub fn compile_snippet(name: &str, source: &str) -> (bool, String) {
     let deps = std::env::current_exe()

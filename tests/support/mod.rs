@@ -71,6 +71,11 @@ pub(crate) use backend_tests;
 /// The plain commands of a [`Store`] wrapper, forwarded to its field `inner`, inside an
 /// `impl Store for …` block: a test wrapper writes only the methods it changes (`eval`, …).
 /// Remember `runtime`, `pubsub` and `notifier` where the wrapper must keep the inner store's.
+///
+/// A new wrapper is an [`Intercept`](tairlock::store::intercept::Intercept) with a hook instead
+/// (`watchdog.rs`, `unanswered_replies.rs`, the gated store). This macro is left for the one
+/// wrapper that fakes a capability its inner store lacks (`malformed_replies.rs`'s `Garbled`
+/// answers `ReplicaStore::eval_wait` on the embedded store, which has no replicas).
 macro_rules! forward_plain_commands {
     () => {
         async fn get(&self, key: &str) -> ::tairlock::Result<Option<Vec<u8>>> {

@@ -4,12 +4,13 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tairlock::clock::SharedClock;
+use tairlock::store::intercept::{Command, Hook, Intercept, Run};
 use tairlock::{Reply, Script, Store, Ttl};
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
 
@@ -42,8 +43,13 @@ pub struct Client<S: Store> {
     clock: SharedClock,
     plan: Arc<Plan>,
     trial: Arc<Trial>,
-    rng: parking_lot::Mutex<StdRng>,
+    rng: Arc<parking_lot::Mutex<StdRng>>,
     tokens: AtomicU64,
+    /// Set when the scenario crashed the client at a pause of its [`paused_store`]: the
+    /// engine treats the error it returned as the crash.
+    ///
+    /// [`paused_store`]: Client::paused_store
+    crashed: Arc<AtomicBool>,
 }
 
 impl<S: Store> fmt::Debug for Client<S> {
@@ -79,8 +85,9 @@ impl<S: Store> Client<S> {
             clock,
             plan,
             trial,
-            rng: parking_lot::Mutex::new(StdRng::seed_from_u64(seed)),
+            rng: Arc::new(parking_lot::Mutex::new(StdRng::seed_from_u64(seed))),
             tokens: AtomicU64::new(0),
+            crashed: Arc::default(),
         }
     }
 
@@ -116,18 +123,33 @@ impl<S: Store> Client<S> {
     }
 
     pub(crate) async fn act(&self, action: Action) -> Step<()> {
-        match action {
-            Action::Go => Ok(()),
-            Action::Stall(d) => {
-                self.trial.count_stall();
-                self.plan.timer.sleep(d).await;
-                Ok(())
-            }
-            Action::Crash => {
-                self.trial.count_crash();
-                Err(Interrupt::Crashed)
-            }
-        }
+        act(&self.plan, &self.trial, action).await
+    }
+
+    /// The store with a pause point before each command: for code you cannot put
+    /// [`pause`](Self::pause) calls into, such as an application's lock functions written
+    /// against a plain [`Store`]. Before each command, the scenario may stall the client, or
+    /// crash it: then the command and every later one of this attempt fail with an
+    /// [`ErrorKind::Connection`](tairlock::ErrorKind::Connection) error, which the engine
+    /// counts as the crash (whatever the algorithm returns it as, through `?`).
+    pub fn paused_store(&self) -> PausedStore<S> {
+        Intercept::new(
+            self.store.clone(),
+            PauseBeforeEach {
+                plan: self.plan.clone(),
+                trial: self.trial.clone(),
+                rng: self.rng.clone(),
+                crashed: self.crashed.clone(),
+            },
+        )
+    }
+
+    /// Whether the scenario crashed the client at a pause of its [`paused_store`]
+    /// (resetting it).
+    ///
+    /// [`paused_store`]: Client::paused_store
+    pub(crate) fn take_crash(&self) -> bool {
+        self.crashed.swap(false, Ordering::Relaxed)
     }
 
     pub(crate) fn trial(&self) -> &Trial {
@@ -157,6 +179,62 @@ impl<S: Store> Client<S> {
             return low;
         }
         self.with_rng(|rng| rng.random_range(low..high))
+    }
+}
+
+async fn act(plan: &Plan, trial: &Trial, action: Action) -> Step<()> {
+    match action {
+        Action::Go => Ok(()),
+        Action::Stall(d) => {
+            trial.count_stall();
+            plan.timer.sleep(d).await;
+            Ok(())
+        }
+        Action::Crash => {
+            trial.count_crash();
+            Err(Interrupt::Crashed)
+        }
+    }
+}
+
+/// A client's store with a pause point before each command ([`Client::paused_store`]).
+pub type PausedStore<S> = Intercept<RaceStore<S>, PauseBeforeEach>;
+
+/// The hook of [`PausedStore`]: the scenario's pause point before each command.
+pub struct PauseBeforeEach {
+    plan: Arc<Plan>,
+    trial: Arc<Trial>,
+    rng: Arc<parking_lot::Mutex<StdRng>>,
+    crashed: Arc<AtomicBool>,
+}
+
+impl fmt::Debug for PauseBeforeEach {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PauseBeforeEach").finish_non_exhaustive()
+    }
+}
+
+impl Hook for PauseBeforeEach {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        Box::pin(async move {
+            let crashed = |name: String| {
+                tairlock::Error::new(
+                    tairlock::ErrorKind::Connection,
+                    format!("the race crashed this client before its {name}"),
+                )
+            };
+            if self.crashed.load(Ordering::Relaxed) {
+                return Err(crashed(command.name()));
+            }
+            let action = self.plan.at_point(&mut self.rng.lock(), "command");
+            match act(&self.plan, &self.trial, action).await {
+                Ok(()) => run.await,
+                Err(_) => {
+                    self.crashed.store(true, Ordering::Relaxed);
+                    Err(crashed(command.name()))
+                }
+            }
+        })
     }
 }
 

@@ -497,15 +497,21 @@ async fn client_loop<S: Store>(
     while client.now() < end {
         match one_round(&client, algorithm.as_ref(), &lock, lease).await {
             Ok(()) => {}
-            Err(Interrupt::Crashed) => {
-                // The process died; a new one starts after a while, knowing nothing.
-                client.trial().crashed(client.id());
-                client.sleep(lease / 2).await;
-            }
+            Err(Interrupt::Crashed) => client.crash().await,
+            // A crash at a pause of the client's `paused_store`, returned as a store error.
+            Err(Interrupt::Store(_)) if client.take_crash() => client.crash().await,
             Err(Interrupt::Store(e)) => return Err(e),
         }
     }
     Ok(())
+}
+
+impl<S: Store> Client<S> {
+    /// The process died; a new one starts after a while, knowing nothing.
+    async fn crash(&self) {
+        self.trial().crashed(self.id());
+        self.sleep(self.plan().lease / 2).await;
+    }
 }
 
 async fn one_round<S: Store>(

@@ -183,6 +183,11 @@ impl Gate {
         }
     }
 
+    /// What each client is waiting at the gate to send now, as `client: command`, sorted.
+    pub fn waiting(&self) -> Vec<String> {
+        waiting_list(&self.state.lock())
+    }
+
     /// Every gated command that has run so far, as (client, command), in order.
     pub fn log(&self) -> Vec<(String, String)> {
         self.state.lock().log.clone()

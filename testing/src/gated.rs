@@ -8,10 +8,25 @@
 //! command has completed. So the test drives an exact interleaving, e.g. a row of a step table
 //! in `reference/semantics.md`:
 //!
-//! ```ignore
-//! let c1 = tokio::spawn(async move { lock1.try_acquire("k", lease).await });
-//! gate.step("C1", "SETNX").await;   // C1's SETNX runs now, and has finished
-//! gate.step("C2", "GET").await;     // then C2's GET
+//! ```
+//! use std::time::Duration;
+//! use tairlock::MemoryStore;
+//! use tairlock_legacy::{GetSetLock, TryAcquire};
+//! use tairlock_testing::gated::Gate;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let (gate, store) = (Gate::new(), MemoryStore::new());
+//! let c1 = GetSetLock::new(gate.client("C1", store.clone()));
+//! let c2 = GetSetLock::new(gate.client("C2", store.clone()));
+//! let lease = Duration::from_secs(10);
+//! let t1 = tokio::spawn(async move { c1.try_acquire("k", lease).await });
+//! let t2 = tokio::spawn(async move { c2.try_acquire("k", lease).await });
+//! gate.step("C2", "SETNX").await; // C2's SETNX runs now, and has finished
+//! gate.step("C1", "SETNX").await; // then C1's
+//! gate.step("C1", "GET").await; // C1 reads C2's live lock: busy
+//! assert!(matches!(gate.join(t2).await.unwrap(), TryAcquire::Acquired(_)));
+//! assert!(matches!(gate.join(t1).await.unwrap(), TryAcquire::Busy { .. }));
+//! # });
 //! ```
 //!
 //! A step panics (with what every client is waiting on) when the client sends a different
@@ -20,8 +35,11 @@
 //! [`Gate::finish`] lets a client's task run to its end.
 //!
 //! Command names: `GET`, `SETNX`, `SET NX PX`, `SET`, `GETSET`, `GETDEL`, `DEL`, `INCR`, `DECR`,
-//! `EXPIRE`, `PEXPIRE`, `PTTL`, `TYPE`, `TIME`, `EVAL <script name>`, and on a connection
-//! `WATCH` (the watch plus its reads, one round trip), `UNWATCH`, `EXEC`.
+//! `EXPIRE`, `PEXPIRE`, `PTTL`, `TYPE`, `TIME`, `EVAL <script name>`, `EVAL+WAIT <script name>`,
+//! and on a connection `WATCH` (the watch plus its reads, one round trip), `UNWATCH`, `EXEC`
+//! ([`Command::name`]). Reading the server's version is not gated. A gated client is an
+//! [`Intercept`] store whose hook is the gate: it keeps the inner store's release notifications,
+//! pub/sub flavour and runtime.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;

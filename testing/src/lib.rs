@@ -19,6 +19,8 @@
 //!   an algorithm, or [`Client::paused_store`](race::Client::paused_store) before each command of
 //!   code written against a plain store; a gated client waits before each command until the
 //!   test lets it through.
+//! - [`proxy`]: a fault-injection TCP proxy in front of a real server (latency, lost replies
+//!   to commands the server applied, resets, black holes, stalled connects), per connection.
 //! - Store wrappers of your own: [`tairlock::store::intercept::Intercept`], one hook around
 //!   each command (the gated store and the paused store are two).
 //!
@@ -146,6 +148,7 @@
 //! walk-through as a program: `cargo run -p tairlock-testing --example race_my_lock`.
 
 pub mod gated;
+pub mod proxy;
 pub mod race;
 
 /// The clocks tests give their clients: re-exported from [`tairlock::clock`].

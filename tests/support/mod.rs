@@ -10,7 +10,8 @@
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod cluster;
-pub mod proxy;
+/// The fault-injection proxy, from the public testing crate.
+pub use tairlock_testing::proxy;
 pub mod sentinel;
 pub mod server;
 pub mod tls;

@@ -13,7 +13,7 @@
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //!
-//! use tairlock::store::intercept::{Command, Hook, Intercept, Run};
+//! use tairlock::store::intercept::{Answer, Command, Hook, Intercept, Run};
 //! use tairlock::{MemoryStore, Store};
 //!
 //! /// Counts the commands, and answers every `DEL` with "nothing deleted" without sending it.
@@ -24,19 +24,22 @@
 //!     fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
 //!         self.0.fetch_add(1, Ordering::Relaxed);
 //!         match command {
-//!             Command::Del { .. } => Box::pin(async { Ok(tairlock::store::intercept::Answer::Bool(false)) }),
+//!             Command::Del { .. } => Box::pin(async { Ok(Answer::Bool(false)) }),
 //!             _ => run,
 //!         }
 //!     }
 //! }
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! # let checked: tairlock::Result<()> = async {
 //! let store = Intercept::new(MemoryStore::new(), Count::default());
 //! assert!(store.set_nx("k", b"v").await?);
 //! assert!(!store.del("k").await?);
 //! assert_eq!(store.get("k").await?, Some(b"v".to_vec()));
 //! assert_eq!(store.hook().0.load(Ordering::Relaxed), 3);
-//! # tairlock::Result::Ok(()) }).unwrap();
+//! # Ok(()) }.await;
+//! # checked.unwrap();
+//! # });
 //! ```
 
 use std::fmt;

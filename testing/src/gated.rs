@@ -50,7 +50,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tairlock::Store;
 use tairlock::store::intercept::{Command, Hook, Intercept, Run};
-use tairlock_legacy::watch::InterceptConnection;
+use tairlock_legacy::watch::{InterceptConnection, WatchHook};
 use tokio::sync::oneshot;
 
 /// How long a step waits for the client to send its command.
@@ -309,6 +309,10 @@ impl Hook for GateHook {
         }
     }
 }
+
+/// `WATCH`, `UNWATCH` and `EXEC` of a gated client's connections wait at the gate as
+/// [`Command::Watch`], [`Command::Unwatch`] and [`Command::Exec`].
+impl WatchHook for GateHook {}
 
 /// One client's handle on a gated store: an [`Intercept`] store whose hook waits at the gate.
 /// See the [module docs](self).

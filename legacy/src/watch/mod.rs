@@ -83,7 +83,7 @@ use tairlock::{Error, ErrorKind, Reply, Result, Ttl};
 
 #[cfg(feature = "cluster")]
 pub use self::cluster::ClusterWatch;
-pub use self::intercept::InterceptConnection;
+pub use self::intercept::{InterceptConnection, WatchHook};
 pub use self::memory::MemoryWatch;
 pub use self::redis::RedisWatch;
 pub use self::store::{Expiry, Read, TxOp, WatchConnection, WatchStore};

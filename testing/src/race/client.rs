@@ -10,9 +10,9 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tairlock::clock::SharedClock;
-use tairlock::store::intercept::{Command, Hook, Intercept, Run};
-use tairlock::{Reply, Script, Store, Ttl};
-use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
+use tairlock::store::intercept::{Answer, Command, Hook, Intercept, Run};
+use tairlock::{Reply, Script, Store};
+use tairlock_legacy::watch::{Read, TxOp, WatchHook};
 
 use super::scenario::{Action, Plan};
 use super::sim::Timer;
@@ -72,16 +72,20 @@ impl<S: Store> Client<S> {
     ) -> Self {
         Client {
             id,
-            store: RaceStore {
-                inner: store,
-                client: id,
-                trial: trial.clone(),
-                audit,
-                latency: plan.latency,
-                timer: plan.timer.clone(),
-                rng: Arc::new(parking_lot::Mutex::new(StdRng::seed_from_u64(!seed))),
-                watch_pool: Arc::default(),
-            },
+            store: Intercept::new(
+                store.clone(),
+                RaceHook {
+                    inner: store,
+                    client: id,
+                    trial: trial.clone(),
+                    audit,
+                    latency: plan.latency,
+                    timer: plan.timer.clone(),
+                    rng: parking_lot::Mutex::new(StdRng::seed_from_u64(!seed)),
+                    watch_pool: parking_lot::Mutex::default(),
+                    reads: parking_lot::Mutex::default(),
+                },
+            ),
             clock,
             plan,
             trial,
@@ -214,6 +218,10 @@ impl fmt::Debug for PauseBeforeEach {
     }
 }
 
+/// A `WATCH` connection's commands pause too (as [`Command::Watch`], [`Command::Unwatch`] and
+/// [`Command::Exec`]).
+impl WatchHook for PauseBeforeEach {}
+
 impl Hook for PauseBeforeEach {
     fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
         Box::pin(async move {
@@ -267,9 +275,14 @@ pub fn observe(store: &tairlock::MemoryStore) {
 
 /// The store as the race's clients see it: every command takes a simulated network round trip
 /// (on the embedded store), and every deletion or overwrite of a lock value is seen where it
-/// happens, with the client that caused it ([`Audit`]).
-#[derive(Clone)]
-pub struct RaceStore<S> {
+/// happens, with the client that caused it ([`Audit`]). An [`Intercept`] store with the
+/// client's [`RaceHook`].
+pub type RaceStore<S> = Intercept<S, RaceHook<S>>;
+
+/// What a race client's store does around each command; see [`RaceStore`].
+pub struct RaceHook<S> {
+    /// The store behind the hook, for commands the audit sends in place of the client's
+    /// (`GETDEL` for `DEL`, `GETSET` for `SET`, the audit script for a script).
     inner: S,
     client: usize,
     trial: Arc<Trial>,
@@ -277,39 +290,33 @@ pub struct RaceStore<S> {
     latency: Option<(Duration, Duration)>,
     timer: Timer,
     /// Draws each hop's latency: seeded per client, so a seed gives one table.
-    rng: Arc<parking_lot::Mutex<StdRng>>,
-    /// Idle `WATCH` connections of the inner store, for [`WatchStore`]: type-erased because
-    /// only `S: WatchStore` has a connection type.
-    watch_pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
+    rng: parking_lot::Mutex<StdRng>,
+    /// Idle `WATCH` connections of the inner store ([`WatchHook::reuse`]).
+    watch_pool: parking_lot::Mutex<Vec<Box<dyn Any + Send>>>,
+    /// The values the last `WATCH` of this client's connection read, by key: what a
+    /// committed `EXEC` replaced.
+    reads: parking_lot::Mutex<HashMap<String, Vec<u8>>>,
 }
 
-impl<S> fmt::Debug for RaceStore<S> {
+impl<S> fmt::Debug for RaceHook<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RaceStore")
+        f.debug_struct("RaceHook")
             .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }
 
-/// One way of a simulated round trip: half of a draw in `latency`.
-async fn hop(
-    latency: Option<(Duration, Duration)>,
-    timer: &Timer,
-    rng: &parking_lot::Mutex<StdRng>,
-) {
-    if let Some((low, high)) = latency {
-        let d = if high > low {
-            rng.lock().random_range(low..high)
-        } else {
-            low
-        };
-        timer.sleep(d / 2).await;
-    }
-}
-
-impl<S: Store> RaceStore<S> {
+impl<S: Store> RaceHook<S> {
+    /// One way of a simulated round trip: half of a draw in `latency`.
     async fn hop(&self) {
-        hop(self.latency, &self.timer, &self.rng).await;
+        if let Some((low, high)) = self.latency {
+            let d = if high > low {
+                self.rng.lock().random_range(low..high)
+            } else {
+                low
+            };
+            self.timer.sleep(d / 2).await;
+        }
     }
 
     async fn round_trip<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
@@ -325,93 +332,52 @@ impl<S: Store> RaceStore<S> {
             self.trial.saw_change(self.client, old, new);
         }
     }
-}
 
-impl<S: Store> Store for RaceStore<S> {
-    async fn get(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
-        self.round_trip(self.inner.get(key)).await
-    }
-
-    async fn set_nx(&self, key: &str, value: &[u8]) -> tairlock::Result<bool> {
-        let set = self.round_trip(self.inner.set_nx(key, value)).await?;
-        if set {
-            self.saw(None, Some(value));
-        }
-        Ok(set)
-    }
-
-    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> tairlock::Result<bool> {
-        let set = self
-            .round_trip(self.inner.set_nx_px(key, value, ttl))
-            .await?;
-        if set {
-            self.saw(None, Some(value));
-        }
-        Ok(set)
-    }
-
-    async fn set(&self, key: &str, value: &[u8]) -> tairlock::Result<()> {
-        match self.audit {
-            Audit::Store => self.round_trip(self.inner.set(key, value)).await,
+    async fn command(&self, command: Command<'_>, run: Run<'_>) -> tairlock::Result<Answer> {
+        match command {
+            // `GETDEL` deletes exactly as `DEL` does and also says what it deleted.
+            Command::Del { key } => {
+                let old = self.round_trip(self.inner.getdel(key)).await?;
+                self.saw(old.as_deref(), None);
+                Ok(Answer::Bool(old.is_some()))
+            }
             // `GETSET` replaces exactly as `SET` does (value and TTL) and says what it replaced.
-            Audit::Commands => self.getset(key, value).await.map(drop),
+            Command::Set { key, value } if self.audit == Audit::Commands => {
+                let old = self.round_trip(self.inner.getset(key, value)).await?;
+                self.saw(old.as_deref(), Some(value));
+                Ok(Answer::Done)
+            }
+            Command::Eval { script, keys, args }
+                if self.audit == Audit::Commands && !keys.is_empty() =>
+            {
+                self.audited_eval(script, keys, args)
+                    .await
+                    .map(Answer::Reply)
+            }
+            _ => {
+                let answer = self.round_trip(run).await?;
+                match (command, &answer) {
+                    (
+                        Command::SetNx { value, .. } | Command::SetNxPx { value, .. },
+                        Answer::Bool(true),
+                    ) => self.saw(None, Some(value)),
+                    (Command::GetSet { value, .. }, Answer::Value(old)) => {
+                        self.saw(old.as_deref(), Some(value));
+                    }
+                    (Command::GetDel { .. }, Answer::Value(old)) => self.saw(old.as_deref(), None),
+                    _ => {}
+                }
+                Ok(answer)
+            }
         }
     }
 
-    async fn getset(&self, key: &str, value: &[u8]) -> tairlock::Result<Option<Vec<u8>>> {
-        let old = self.round_trip(self.inner.getset(key, value)).await?;
-        self.saw(old.as_deref(), Some(value));
-        Ok(old)
-    }
-
-    async fn getdel(&self, key: &str) -> tairlock::Result<Option<Vec<u8>>> {
-        let old = self.round_trip(self.inner.getdel(key)).await?;
-        self.saw(old.as_deref(), None);
-        Ok(old)
-    }
-
-    async fn del(&self, key: &str) -> tairlock::Result<bool> {
-        // `GETDEL` deletes exactly as `DEL` does and also says what it deleted.
-        Ok(self.getdel(key).await?.is_some())
-    }
-
-    async fn incr(&self, key: &str) -> tairlock::Result<i64> {
-        self.round_trip(self.inner.incr(key)).await
-    }
-
-    async fn decr(&self, key: &str) -> tairlock::Result<i64> {
-        self.round_trip(self.inner.decr(key)).await
-    }
-
-    async fn expire(&self, key: &str, seconds: u64) -> tairlock::Result<bool> {
-        self.round_trip(self.inner.expire(key, seconds)).await
-    }
-
-    async fn pexpire(&self, key: &str, ttl: Duration) -> tairlock::Result<bool> {
-        self.round_trip(self.inner.pexpire(key, ttl)).await
-    }
-
-    async fn pttl(&self, key: &str) -> tairlock::Result<Ttl> {
-        self.round_trip(self.inner.pttl(key)).await
-    }
-
-    async fn key_type(&self, key: &str) -> tairlock::Result<String> {
-        self.round_trip(self.inner.key_type(key)).await
-    }
-
-    async fn time(&self) -> tairlock::Result<Duration> {
-        self.round_trip(self.inner.time()).await
-    }
-
-    async fn eval(
+    async fn audited_eval(
         &self,
         script: &'static Script,
         keys: &[String],
         args: &[String],
     ) -> tairlock::Result<Reply> {
-        if self.audit == Audit::Store || keys.is_empty() {
-            return self.round_trip(self.inner.eval(script, keys, args)).await;
-        }
         let reply = self
             .round_trip(self.inner.eval(audited(script), keys, args))
             .await?;
@@ -437,153 +403,81 @@ impl<S: Store> Store for RaceStore<S> {
         }
         Ok(items.pop().expect("checked length"))
     }
+}
 
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.inner.runtime()
-    }
-
-    fn pubsub(&self) -> tairlock::notify::PubSub {
-        self.inner.pubsub()
+impl<S: Store> Hook for RaceHook<S> {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        match command {
+            // Not a command of the race: read once, past the simulated network.
+            Command::ServerVersion => run,
+            _ => Box::pin(self.command(command, run)),
+        }
     }
 }
 
-/// `WATCH` transactions through the race's wrapper (for `legacy-watch`): each command takes a
-/// simulated round trip, and a successful `EXEC` that deletes a key reports the value the
-/// transaction read for it, so the race sees what a WATCH release deleted.
-impl<S: WatchStore> WatchStore for RaceStore<S> {
-    type Connection = RaceConnection<S::Connection>;
-
-    async fn watch_connection(&self) -> tairlock::Result<RaceConnection<S::Connection>> {
-        let idle = self
-            .watch_pool
-            .lock()
-            .pop()
-            .and_then(|c| c.downcast::<S::Connection>().ok());
-        let inner = match idle {
-            Some(con) => *con,
-            None => self.inner.watch_connection().await?,
-        };
-        Ok(RaceConnection {
-            inner: Some(inner),
-            client: self.client,
-            trial: self.trial.clone(),
-            audit: self.audit,
-            latency: self.latency,
-            timer: self.timer.clone(),
-            rng: self.rng.clone(),
-            pool: self.watch_pool.clone(),
-            reads: HashMap::new(),
-            clean: true,
+/// `WATCH` transactions (for `legacy-watch`): each command takes a simulated round trip, and a
+/// successful `EXEC` that deletes or overwrites a key reports the value the transaction read
+/// for it, so the race sees what a WATCH release deleted. Idle connections are kept per client.
+impl<S: Store> WatchHook for RaceHook<S> {
+    fn around_watch<'a>(&'a self, _keys: &'a [String], reads: &'a [Read], run: Run<'a>) -> Run<'a> {
+        Box::pin(async move {
+            let out = self.round_trip(run).await;
+            let mut read = self.reads.lock();
+            read.clear();
+            if let Ok(Answer::Replies(replies)) = &out {
+                for (r, reply) in reads.iter().zip(replies) {
+                    if let (Read::Get(key), Reply::Data(value)) = (r, reply) {
+                        read.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            out
         })
     }
 
-    async fn server_version(&self) -> tairlock::Result<Option<String>> {
-        self.inner.server_version().await
-    }
-}
-
-/// A `WATCH` connection of a race client; see [`RaceStore`]'s [`WatchStore`] impl. Dropped
-/// after a completed command (not mid-request), its inner connection goes back to the client's
-/// pool; the next `watch` resets whatever it still watches.
-pub struct RaceConnection<C: WatchConnection> {
-    inner: Option<C>,
-    client: usize,
-    trial: Arc<Trial>,
-    audit: Audit,
-    latency: Option<(Duration, Duration)>,
-    timer: Timer,
-    rng: Arc<parking_lot::Mutex<StdRng>>,
-    pool: Arc<parking_lot::Mutex<Vec<Box<dyn Any + Send>>>>,
-    reads: HashMap<String, Vec<u8>>,
-    clean: bool,
-}
-
-impl<C: WatchConnection> fmt::Debug for RaceConnection<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RaceConnection")
-            .field("client", &self.client)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<C: WatchConnection> Drop for RaceConnection<C> {
-    fn drop(&mut self) {
-        if let Some(con) = self.inner.take()
-            && self.clean
-        {
-            self.pool.lock().push(Box::new(con));
-        }
-    }
-}
-
-impl<C: WatchConnection> RaceConnection<C> {
-    async fn hop(&self) {
-        hop(self.latency, &self.timer, &self.rng).await;
+    fn around_unwatch<'a>(&'a self, run: Run<'a>) -> Run<'a> {
+        Box::pin(async move {
+            self.hop().await;
+            let out = run.await;
+            self.hop().await;
+            out
+        })
     }
 
-    fn con(&mut self) -> &mut C {
-        self.inner
-            .as_mut()
-            .expect("the connection is only taken on drop")
-    }
-}
-
-impl<C: WatchConnection> WatchConnection for RaceConnection<C> {
-    async fn watch(&mut self, keys: &[String], reads: &[Read]) -> tairlock::Result<Vec<Reply>> {
-        self.hop().await;
-        self.clean = false;
-        let actor = (self.client, self.trial.clone());
-        let out = ACTOR.scope(actor, self.con().watch(keys, reads)).await;
-        self.hop().await;
-        self.reads.clear();
-        if let Ok(replies) = &out {
-            self.clean = true;
-            for (read, reply) in reads.iter().zip(replies) {
-                if let (Read::Get(key), Reply::Data(value)) = (read, reply) {
-                    self.reads.insert(key.clone(), value.clone());
+    fn around_exec<'a>(&'a self, ops: &'a [TxOp], run: Run<'a>) -> Run<'a> {
+        Box::pin(async move {
+            let out = self.round_trip(run).await;
+            if self.audit == Audit::Commands
+                && let Ok(Answer::Exec(Some(replies))) = &out
+            {
+                // The watched reads still held when EXEC ran (it did not abort): each deletion
+                // or overwrite replaced exactly the value read.
+                let mut reads = self.reads.lock();
+                for (op, reply) in ops.iter().zip(replies) {
+                    match (op, reply) {
+                        (TxOp::Del { key }, Reply::Int(1)) => {
+                            let old = reads.remove(key);
+                            self.trial.saw_change(self.client, old.as_deref(), None);
+                        }
+                        (TxOp::Set { key, value, .. }, Reply::Status(_)) => {
+                            let old = reads.insert(key.clone(), value.clone());
+                            self.trial
+                                .saw_change(self.client, old.as_deref(), Some(value));
+                        }
+                        _ => {}
+                    }
                 }
             }
-        }
-        out
+            out
+        })
     }
 
-    async fn unwatch(&mut self) -> tairlock::Result<()> {
-        self.hop().await;
-        self.clean = false;
-        let out = self.con().unwatch().await;
-        self.hop().await;
-        self.clean = out.is_ok();
-        out
+    fn reuse(&self) -> Option<Box<dyn Any + Send>> {
+        self.watch_pool.lock().pop()
     }
 
-    async fn exec(&mut self, ops: &[TxOp]) -> tairlock::Result<Option<Vec<Reply>>> {
-        self.hop().await;
-        self.clean = false;
-        let actor = (self.client, self.trial.clone());
-        let out = ACTOR.scope(actor, self.con().exec(ops)).await;
-        self.hop().await;
-        self.clean = out.is_ok();
-        if self.audit == Audit::Commands
-            && let Ok(Some(replies)) = &out
-        {
-            // The watched reads still held when EXEC ran (it did not abort): each deletion or
-            // overwrite replaced exactly the value read.
-            for (op, reply) in ops.iter().zip(replies) {
-                match (op, reply) {
-                    (TxOp::Del { key }, Reply::Int(1)) => {
-                        let old = self.reads.remove(key);
-                        self.trial.saw_change(self.client, old.as_deref(), None);
-                    }
-                    (TxOp::Set { key, value, .. }, Reply::Status(_)) => {
-                        let old = self.reads.insert(key.clone(), value.clone());
-                        self.trial
-                            .saw_change(self.client, old.as_deref(), Some(value));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        out
+    fn recycle(&self, connection: Box<dyn Any + Send>) {
+        self.watch_pool.lock().push(connection);
     }
 }
 

@@ -22,7 +22,8 @@
 //! - [`proxy`]: a fault-injection TCP proxy in front of a real server (latency, lost replies
 //!   to commands the server applied, resets, black holes, stalled connects), per connection.
 //! - Store wrappers of your own: [`tairlock::store::intercept::Intercept`], one hook around
-//!   each command (the gated store and the paused store are two).
+//!   each command (the gated store, the race's store and the paused store are three), with
+//!   [`tairlock_legacy::watch::WatchHook`] for `WATCH` transactions.
 //!
 //! # From your lock function to a failing/passing test pair
 //!

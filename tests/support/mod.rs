@@ -74,7 +74,8 @@ pub(crate) use backend_tests;
 /// Remember `runtime`, `pubsub` and `notifier` where the wrapper must keep the inner store's.
 ///
 /// A new wrapper is an [`Intercept`](tairlock::store::intercept::Intercept) with a hook instead
-/// (`watchdog.rs`, `unanswered_replies.rs`, the gated store). This macro is left for the one
+/// (`watchdog.rs`, `unanswered_replies.rs`, the gated store and the race's store in
+/// `tairlock-testing`). This macro is left for the one
 /// wrapper that fakes a capability its inner store lacks (`malformed_replies.rs`'s `Garbled`
 /// answers `ReplicaStore::eval_wait` on the embedded store, which has no replicas).
 macro_rules! forward_plain_commands {

@@ -4,7 +4,8 @@
 //! reply, one that answers with garbage, a network simulation) differ only in what they do
 //! around a command. Each of them is an [`Intercept`] with a hook of its own, rather than a
 //! wrapper that forwards every method by hand: the wrapper implements [`Store`] (and
-//! [`ReplicaStore`], and `tairlock-legacy`'s `WatchStore`) once, hands each command to
+//! [`ReplicaStore`], and `tairlock-legacy`'s `WatchStore` when the hook is also its
+//! `WatchHook`) once, hands each command to
 //! [`Hook::around`] with the inner store's run of it, and always delegates
 //! [`pubsub`](Store::pubsub), [`notifier`](Store::notifier) and [`runtime`](Store::runtime).
 //! [`compare_and_delete`](Store::compare_and_delete) keeps its default, so a hook sees a

@@ -2,11 +2,17 @@
 //! would run them: [`run_embedded_algorithms`] with the built-in algorithms boxed by hand, on
 //! the embedded store and virtual time (deterministic by seed).
 
-use tairlock::MemoryStore;
+use std::time::Duration;
+
+use tairlock::{MemoryStore, Store};
 use tairlock_testing::race::algorithms::{
     LegacyGetSet, LegacyScripted, LegacyWatch, RwScripted, RwTwoStep,
 };
-use tairlock_testing::race::{Algorithm, RaceConfig, Row, run_embedded_algorithms};
+use tairlock_testing::race::scenario::Scenario;
+use tairlock_testing::race::{
+    Algorithm, Attempt, BoxFuture, Client, Expectation, Holding, RaceConfig, Row, Step,
+    run_embedded_algorithms,
+};
 
 fn race(algorithm: Box<dyn Algorithm<MemoryStore>>) -> Vec<Row> {
     let config = RaceConfig {
@@ -95,4 +101,76 @@ fn a_seed_gives_one_table() {
         tairlock_testing::race::report::json(&rows)
     };
     assert_eq!(run(), run());
+}
+
+/// `SET NX PX` and a blind `DEL`, both through [`Client::paused_store`]: code written against
+/// a plain store, with no pause points of its own.
+struct PlainCommands;
+
+impl<S: Store> Algorithm<S> for PlainCommands {
+    fn name(&self) -> &'static str {
+        "plain-commands"
+    }
+
+    fn expectation(&self) -> Expectation {
+        Expectation::Flawed
+    }
+
+    fn fenced(&self) -> bool {
+        false
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Step<Attempt>> {
+        Box::pin(async move {
+            let value = cx.unique_token();
+            let store = cx.paused_store();
+            Ok(if store.set_nx_px(lock, value.as_bytes(), ttl).await? {
+                Attempt::Acquired(Holding {
+                    value: value.into_bytes(),
+                    fence: None,
+                    deadline: tokio::time::Instant::now() + ttl,
+                })
+            } else {
+                Attempt::Busy { retry_after: None }
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        _holding: Holding,
+    ) -> BoxFuture<'a, Step<()>> {
+        Box::pin(async move {
+            cx.paused_store().del(lock).await?;
+            Ok(())
+        })
+    }
+}
+
+/// A crash at a pause point of the paused store reaches the algorithm as a store error; the
+/// engine counts it as the crash it is, and the race goes on. Stalls there are counted too.
+#[test]
+fn the_paused_store_stalls_and_crashes_clients_before_their_commands() {
+    let config = RaceConfig {
+        trials: 2,
+        scenarios: vec![Scenario::Crashes, Scenario::ShortStalls],
+        ..RaceConfig::default()
+    };
+    let rows = run_embedded_algorithms(&config, vec![Box::new(PlainCommands)], |_| {}).unwrap();
+    let crashes = by(&rows, "crashes");
+    assert!(
+        crashes.crashes > 0 && crashes.acquisitions > 0,
+        "{crashes:?}"
+    );
+    let stalls = by(&rows, "short-stalls");
+    assert!(stalls.stalls > 0 && stalls.acquisitions > 0, "{stalls:?}");
+    // The blind DEL of a release stalled past its lease deletes the next holder's lock.
+    assert!(stalls.foreign_deletions > 0, "{stalls:?}");
 }

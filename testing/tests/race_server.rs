@@ -56,7 +56,8 @@ impl<S: WatchStore> Algorithm<S> for WatchDeleteAny {
             cx.pause("release:before").await?;
             let mut con = cx.store().watch_connection().await?;
             let key = lock.to_owned();
-            con.watch(&[key.clone()], &[Read::Get(key.clone())]).await?;
+            con.watch(std::slice::from_ref(&key), &[Read::Get(key.clone())])
+                .await?;
             con.exec(&[TxOp::Del { key }]).await?;
             Ok(())
         })

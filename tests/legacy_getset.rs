@@ -10,11 +10,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::gated::Gate;
 use support::{Env, TestStore};
 use tairlock::clock::{Clock, TokioClock, VirtualClock};
 use tairlock::{ErrorKind, MemoryStore, Store, Ttl};
 use tairlock_legacy::{GetSetLock, Options, Release, TryAcquire, Unit, WatchStore};
+use tairlock_testing::gated::Gate;
 
 const KEY: &str = "lock.orderid";
 

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::RedisServer;
-use support::gated::Gate;
 use tairlock::clock::{SharedClock, SkewedClock, SystemClock};
 use tairlock::{RedisStore, Store, Ttl};
 use tairlock_legacy::{
     GetSetLock, Holding, LegacyLock, Options, Profile, Release, Renew, Strategy, TryAcquire, Unit,
 };
+use tairlock_testing::gated::Gate;
 
 const KEY: &str = "lock.orderid";
 

@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::RedisServer;
-use support::gated::{Gate, Gated};
 use tairlock::clock::{Clock, SharedClock, SkewedClock, VirtualClock};
 use tairlock::{MemoryStore, RedisStore, Store, Ttl};
 use tairlock_legacy::{
     GetSetLock, Holding, Options, Release, ScriptedLock, TryAcquire, Unit, WatchLock, WatchStore,
 };
+use tairlock_testing::gated::{Gate, Gated};
 
 const KEY: &str = "lock.orderid";
 

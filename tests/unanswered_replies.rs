@@ -15,11 +15,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use support::RedisServer;
+use tairlock::store::intercept::{Command, Hook, Intercept, Run};
 use tairlock::store::redis::RedisOptions;
 use tairlock::{
     Error, ErrorKind, ExpireLock, Options, RedisStore, Script, Store, Unlock, WaitStrategy,
@@ -93,29 +93,26 @@ fn key(name: &str) -> String {
     format!("tairlock:{{{name}}}")
 }
 
-/// A hook [`LoseReply`] runs between applying a script and reporting its reply lost.
-type Hook = Box<dyn FnOnce() + Send>;
+/// What [`Lose`] runs between applying a script and reporting its reply lost.
+type AfterApply = Box<dyn FnOnce() + Send>;
 
 /// A store that, when armed for a script, runs it on the real server, then runs the hook, then
 /// reports a connection error instead of the reply. Counts every script it forwards.
-#[derive(Clone)]
-struct LoseReply {
-    inner: RedisStore,
-    armed: Arc<Mutex<Option<(&'static Script, Hook)>>>,
-    delay: Arc<Mutex<Option<(&'static Script, Duration)>>>,
-    calls: Arc<Mutex<Vec<&'static str>>>,
+type LoseReply = Intercept<RedisStore, Lose>;
+
+fn lose_reply(inner: RedisStore) -> LoseReply {
+    Intercept::new(inner, Lose::default())
 }
 
-impl LoseReply {
-    fn new(inner: RedisStore) -> Self {
-        LoseReply {
-            inner,
-            armed: Default::default(),
-            delay: Default::default(),
-            calls: Default::default(),
-        }
-    }
+/// The hook of [`LoseReply`].
+#[derive(Default)]
+struct Lose {
+    armed: Mutex<Option<(&'static Script, AfterApply)>>,
+    delay: Mutex<Option<(&'static Script, Duration)>>,
+    calls: Mutex<Vec<&'static str>>,
+}
 
+impl Lose {
     /// Lose the reply of the next call of `script`, running `hook` after it was applied.
     fn lose_next(&self, script: &'static Script, hook: impl FnOnce() + Send + 'static) {
         *self.armed.lock() = Some((script, Box::new(hook)));
@@ -133,58 +130,40 @@ impl LoseReply {
             .filter(|n| **n == script.name())
             .count()
     }
+
+    /// Take what is armed for `script`, leaving what is armed for another.
+    fn take<T>(slot: &Mutex<Option<(&'static Script, T)>>, script: &'static Script) -> Option<T> {
+        let mut slot = slot.lock();
+        match slot.take() {
+            Some((s, t)) if std::ptr::eq(s, script) => Some(t),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
 }
 
-impl Store for LoseReply {
-    support::forward_plain_commands!();
-    async fn eval(
-        &self,
-        script: &'static Script,
-        keys: &[String],
-        args: &[String],
-    ) -> tairlock::Result<tairlock::Reply> {
-        self.calls.lock().push(script.name());
-        let reply = self.inner.eval(script, keys, args).await;
-        let hook = {
-            let mut armed = self.armed.lock();
-            match armed.take() {
-                Some((s, hook)) if std::ptr::eq(s, script) => Some(hook),
-                other => {
-                    *armed = other;
-                    None
-                }
-            }
+impl Hook for Lose {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        let Command::Eval { script, .. } = command else {
+            return run;
         };
-        if let Some(hook) = hook {
-            tokio::task::spawn_blocking(hook).await.unwrap();
-            return Err(Error::new(
-                ErrorKind::Connection,
-                format!("test: the reply of {} was lost", script.name()),
-            ));
-        }
-        let delay = {
-            let mut delay = self.delay.lock();
-            match delay.take() {
-                Some((s, d)) if std::ptr::eq(s, script) => Some(d),
-                other => {
-                    *delay = other;
-                    None
-                }
+        Box::pin(async move {
+            self.calls.lock().push(script.name());
+            let reply = run.await;
+            if let Some(hook) = Lose::take(&self.armed, script) {
+                tokio::task::spawn_blocking(hook).await.unwrap();
+                return Err(Error::new(
+                    ErrorKind::Connection,
+                    format!("test: the reply of {} was lost", script.name()),
+                ));
             }
-        };
-        if let Some(delay) = delay {
-            tokio::time::sleep(delay).await;
-        }
-        reply
-    }
-    async fn notifier(&self) -> Option<tairlock::notify::Notifier> {
-        self.inner.notifier().await
-    }
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.inner.runtime()
-    }
-    fn pubsub(&self) -> tairlock::notify::PubSub {
-        self.inner.pubsub()
+            if let Some(delay) = Lose::take(&self.delay, script) {
+                tokio::time::sleep(delay).await;
+            }
+            reply
+        })
     }
 }
 
@@ -306,14 +285,18 @@ async fn a_read_renewal_whose_reply_timed_out_keeps_the_read_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_whose_reply_was_lost_is_released() {
     let server = debug_server();
-    let store = LoseReply::new(server.store().await);
+    let store = lose_reply(server.store().await);
     let locks = ExpireLock::new(store.clone());
     let name = "orphan";
     // The store's own retry would repeat the acquire and find the grant: lose both replies.
     let again = store.clone();
-    store.lose_next(&tairlock::scripts::EXPIRE_LOCK, move || {
-        again.lose_next(&tairlock::scripts::EXPIRE_LOCK, || {});
-    });
+    store
+        .hook()
+        .lose_next(&tairlock::scripts::EXPIRE_LOCK, move || {
+            again
+                .hook()
+                .lose_next(&tairlock::scripts::EXPIRE_LOCK, || {});
+        });
     let err = locks.try_lock(name).await.unwrap_err();
     assert!(err.is_unanswered(), "{err}");
     // The grant was made: its fencing token outlives the lease (the lock key itself may be gone
@@ -392,7 +375,7 @@ async fn a_waiting_lock_rides_through_a_timed_out_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_unlock_whose_reply_was_lost_is_not_repeated() {
     let server = RedisServer::start();
-    let store = LoseReply::new(server.store().await);
+    let store = lose_reply(server.store().await);
     let locks = ExpireLock::new(store.clone());
     let name = "forced";
     let _stuck = locks
@@ -404,22 +387,24 @@ async fn a_force_unlock_whose_reply_was_lost_is_not_repeated() {
     // After the deletion, the next holder takes the lock before the reply is (not) read.
     let url = server.url();
     let lock_key = key(name);
-    store.lose_next(&tairlock::scripts::FORCE_UNLOCK, move || {
-        let client = redis::Client::open(url).unwrap();
-        let mut con = client.get_connection().unwrap();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(&lock_key)
-            .arg("tl1:99999999999999:1:nextholder")
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(set.as_deref(), Some("OK"), "the lock was deleted");
-    });
+    store
+        .hook()
+        .lose_next(&tairlock::scripts::FORCE_UNLOCK, move || {
+            let client = redis::Client::open(url).unwrap();
+            let mut con = client.get_connection().unwrap();
+            let set: Option<String> = redis::cmd("SET")
+                .arg(&lock_key)
+                .arg("tl1:99999999999999:1:nextholder")
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(set.as_deref(), Some("OK"), "the lock was deleted");
+        });
     let err = locks.force_unlock(name).await.unwrap_err();
     assert!(err.is_unanswered(), "{err}");
-    assert_eq!(store.calls_of(&tairlock::scripts::FORCE_UNLOCK), 1);
+    assert_eq!(store.hook().calls_of(&tairlock::scripts::FORCE_UNLOCK), 1);
     assert_eq!(
         server.cli(&["GET", &key(name)]),
         "tl1:99999999999999:1:nextholder",
@@ -434,7 +419,7 @@ async fn a_force_unlock_whose_reply_was_lost_is_not_repeated() {
 async fn a_late_write_renewal_does_not_bring_a_lost_hold_back() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(300);
-    let store = LoseReply::new(server.store().await);
+    let store = lose_reply(server.store().await);
     let rw = RwLock::with_options(
         store.clone(),
         tairlock_rwlock::Options::default().watchdog_lease(lease),
@@ -442,7 +427,9 @@ async fn a_late_write_renewal_does_not_bring_a_lost_hold_back() {
     let guard = rw.write("late").await.unwrap();
     // The first renewal (at ~100 ms) runs at once; its reply lands at ~350 ms, after the first
     // lease's local deadline (~295 ms) and before the renewed one's (~395 ms).
-    store.delay_next(&tairlock::scripts::RENEW, Duration::from_millis(250));
+    store
+        .hook()
+        .delay_next(&tairlock::scripts::RENEW, Duration::from_millis(250));
     let start = Instant::now();
     let (mut first_lost, mut flipped_back) = (None, None);
     while start.elapsed() < lease * 2 {
@@ -459,10 +446,10 @@ async fn a_late_write_renewal_does_not_bring_a_lost_hold_back() {
         flipped_back, None,
         "is_lost() went back to false after the late renewal reply"
     );
-    let renewals = store.calls_of(&tairlock::scripts::RENEW);
+    let renewals = store.hook().calls_of(&tairlock::scripts::RENEW);
     tokio::time::sleep(lease).await;
     assert_eq!(
-        store.calls_of(&tairlock::scripts::RENEW),
+        store.hook().calls_of(&tairlock::scripts::RENEW),
         renewals,
         "the watchdog of a lost hold stopped"
     );

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use support::RedisServer;
+use tairlock::store::intercept::{Command, Hook, Intercept, Run};
 use tairlock::{ErrorKind, ExpireLock, LockGuard, Options, RedisStore, Store, Ttl, Unlock};
 
 const NAME: &str = "watched";
@@ -388,40 +389,28 @@ async fn an_explicit_lease_is_not_renewed_and_is_lost_at_its_deadline() {
     assert_eq!(guard.release().await.unwrap(), Unlock::NotHeld);
 }
 
-/// A store whose next RENEW reply is held back for a while (the renewal itself runs on the
+/// A hook that holds the next RENEW reply back for a while (the renewal itself runs on the
 /// server at once): a slow network on the way back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Default)]
 struct SlowRenewReply {
-    inner: RedisStore,
-    delay: Arc<Mutex<Option<Duration>>>,
+    delay: Mutex<Option<Duration>>,
 }
 
-impl Store for SlowRenewReply {
-    support::forward_plain_commands!();
-    async fn eval(
-        &self,
-        script: &'static tairlock::Script,
-        keys: &[String],
-        args: &[String],
-    ) -> tairlock::Result<tairlock::Reply> {
-        let reply = self.inner.eval(script, keys, args).await;
-        if std::ptr::eq(script, &tairlock::scripts::RENEW) {
-            let delay = self.delay.lock().take();
-            if let Some(delay) = delay {
-                tokio::time::sleep(delay).await;
+impl Hook for SlowRenewReply {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        match command {
+            Command::Eval { script, .. } if std::ptr::eq(script, &tairlock::scripts::RENEW) => {
+                Box::pin(async move {
+                    let reply = run.await;
+                    let delay = self.delay.lock().take();
+                    if let Some(delay) = delay {
+                        tokio::time::sleep(delay).await;
+                    }
+                    reply
+                })
             }
+            _ => run,
         }
-        reply
-    }
-    async fn notifier(&self) -> Option<tairlock::notify::Notifier> {
-        self.inner.notifier().await
-    }
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.inner.runtime()
-    }
-
-    fn pubsub(&self) -> tairlock::notify::PubSub {
-        self.inner.pubsub()
     }
 }
 
@@ -433,16 +422,13 @@ impl Store for SlowRenewReply {
 async fn a_late_renewal_does_not_bring_a_lost_guard_back() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(300);
-    let delay = Arc::new(Mutex::new(None));
-    let store = SlowRenewReply {
-        inner: server.store().await,
-        delay: delay.clone(),
-    };
+    let store = Intercept::new(server.store().await, SlowRenewReply::default());
+    let slow = store.shared_hook().clone();
     let locks = ExpireLock::with_options(store, Options::default().watchdog_lease(lease));
     let guard = locks.lock(NAME).await.unwrap();
     // The first renewal (at ~100 ms) runs on the server at once; its reply lands at ~350 ms,
     // after the first lease's local deadline (~295 ms) and before the renewed one's (~395 ms).
-    *delay.lock() = Some(Duration::from_millis(250));
+    *slow.delay.lock() = Some(Duration::from_millis(250));
 
     let start = Instant::now();
     let mut first_lost = None;

@@ -26,6 +26,7 @@ use crate::script::{Reply, Script};
 #[cfg(feature = "cluster")]
 pub mod cluster;
 mod commands;
+pub mod intercept;
 pub mod memory;
 mod native;
 pub mod redis;

@@ -10,7 +10,8 @@
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod cluster;
-pub mod proxy;
+/// The fault-injection proxy, from the public testing crate.
+pub use tairlock_testing::proxy;
 pub mod sentinel;
 pub mod server;
 pub mod tls;
@@ -71,6 +72,12 @@ pub(crate) use backend_tests;
 /// The plain commands of a [`Store`] wrapper, forwarded to its field `inner`, inside an
 /// `impl Store for …` block: a test wrapper writes only the methods it changes (`eval`, …).
 /// Remember `runtime`, `pubsub` and `notifier` where the wrapper must keep the inner store's.
+///
+/// A new wrapper is an [`Intercept`](tairlock::store::intercept::Intercept) with a hook instead
+/// (`watchdog.rs`, `unanswered_replies.rs`, the gated store and the race's store in
+/// `tairlock-testing`). This macro is left for the one
+/// wrapper that fakes a capability its inner store lacks (`malformed_replies.rs`'s `Garbled`
+/// answers `ReplicaStore::eval_wait` on the embedded store, which has no replicas).
 macro_rules! forward_plain_commands {
     () => {
         async fn get(&self, key: &str) -> ::tairlock::Result<Option<Vec<u8>>> {
@@ -380,8 +387,6 @@ impl TestStore for RedisStore {
 pub fn strings<const N: usize>(items: [&str; N]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
-
-pub mod gated;
 
 /// Compile `source` as a library against the tairlock this test was built with; (success, stderr).
 pub fn compile_snippet(name: &str, source: &str) -> (bool, String) {

@@ -70,6 +70,7 @@
 
 #[cfg(feature = "cluster")]
 pub mod cluster;
+mod intercept;
 mod memory;
 mod redis;
 mod store;
@@ -82,6 +83,7 @@ use tairlock::{Error, ErrorKind, Reply, Result, Ttl};
 
 #[cfg(feature = "cluster")]
 pub use self::cluster::ClusterWatch;
+pub use self::intercept::{InterceptConnection, WatchHook};
 pub use self::memory::MemoryWatch;
 pub use self::redis::RedisWatch;
 pub use self::store::{Expiry, Read, TxOp, WatchConnection, WatchStore};

@@ -146,30 +146,3 @@ impl<S: Store> Algorithm<S> for RwTwoStep {
         })
     }
 }
-
-#[cfg(test)]
-mod tests {
-
-    use crate::race::{RaceConfig, run_embedded};
-
-    #[test]
-    fn rw_two_step_shows_overlaps_stuck_locks_and_foreign_deletions() {
-        let config = RaceConfig {
-            trials: 4,
-            algorithms: vec!["rw-two-step".to_owned()],
-            ..RaceConfig::default()
-        };
-        let rows = run_embedded(&config, |_| {}).unwrap();
-        let by = |scenario: &str| rows.iter().find(|r| r.scenario == scenario).unwrap();
-        // I/II: a reader and a writer inside together.
-        assert!(by("short-stalls").overlaps > 0, "{:?}", by("short-stalls"));
-        // III: a crashed reader pins the count.
-        assert!(by("crashes").stuck_locks > 0, "{:?}", by("crashes"));
-        // IV: a fast reader clock deletes live write locks.
-        assert!(
-            by("clock-skew").foreign_deletions > 0,
-            "{:?}",
-            by("clock-skew")
-        );
-    }
-}

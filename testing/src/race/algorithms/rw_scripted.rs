@@ -139,30 +139,3 @@ impl<S: Store> Algorithm<S> for RwScripted {
             .collect()
     }
 }
-
-#[cfg(test)]
-mod tests {
-
-    use crate::race::{RaceConfig, run_embedded};
-
-    #[test]
-    fn rw_scripted_holds_its_zeros_in_every_scenario() {
-        let config = RaceConfig {
-            trials: 4,
-            algorithms: vec!["rw-scripted".to_owned()],
-            ..RaceConfig::default()
-        };
-        let rows = run_embedded(&config, |_| {}).unwrap();
-        assert_eq!(rows.len(), 4);
-        for row in &rows {
-            assert!(row.acquisitions > 0, "{row:?}");
-            assert!(!row.broken(), "{row:?}");
-            assert_eq!(row.verdict, "ok", "{row:?}");
-        }
-        let long = rows.iter().find(|r| r.scenario == "long-stalls").unwrap();
-        assert!(
-            long.overlaps > 0,
-            "long stalls overlap any lease lock: {long:?}"
-        );
-    }
-}

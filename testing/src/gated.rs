@@ -1,16 +1,32 @@
 //! A gated store: the test decides, command by command, whose command runs next.
 //!
 //! Every client gets its own handle, [`Gate::client`], wrapping one shared store. Each command a
-//! client sends (each [`Store`] method, each script, and on a [`WatchStore`] each `WATCH`
+//! client sends (each [`Store`] method, each script, and on a
+//! [`WatchStore`](tairlock_legacy::WatchStore) each `WATCH`
 //! pipeline, `UNWATCH` and `MULTI`/`EXEC`) first waits at the gate until the test lets exactly
 //! that command of exactly that client through with [`Gate::step`], which returns only once the
 //! command has completed. So the test drives an exact interleaving, e.g. a row of a step table
 //! in `reference/semantics.md`:
 //!
-//! ```ignore
-//! let c1 = tokio::spawn(async move { lock1.try_acquire("k", lease).await });
-//! gate.step("C1", "SETNX").await;   // C1's SETNX runs now, and has finished
-//! gate.step("C2", "GET").await;     // then C2's GET
+//! ```
+//! use std::time::Duration;
+//! use tairlock::MemoryStore;
+//! use tairlock_legacy::{GetSetLock, TryAcquire};
+//! use tairlock_testing::gated::Gate;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let (gate, store) = (Gate::new(), MemoryStore::new());
+//! let c1 = GetSetLock::new(gate.client("C1", store.clone()));
+//! let c2 = GetSetLock::new(gate.client("C2", store.clone()));
+//! let lease = Duration::from_secs(10);
+//! let t1 = tokio::spawn(async move { c1.try_acquire("k", lease).await });
+//! let t2 = tokio::spawn(async move { c2.try_acquire("k", lease).await });
+//! gate.step("C2", "SETNX").await; // C2's SETNX runs now, and has finished
+//! gate.step("C1", "SETNX").await; // then C1's
+//! gate.step("C1", "GET").await; // C1 reads C2's live lock: busy
+//! assert!(matches!(gate.join(t2).await.unwrap(), TryAcquire::Acquired(_)));
+//! assert!(matches!(gate.join(t1).await.unwrap(), TryAcquire::Busy { .. }));
+//! # });
 //! ```
 //!
 //! A step panics (with what every client is waiting on) when the client sends a different
@@ -19,8 +35,11 @@
 //! [`Gate::finish`] lets a client's task run to its end.
 //!
 //! Command names: `GET`, `SETNX`, `SET NX PX`, `SET`, `GETSET`, `GETDEL`, `DEL`, `INCR`, `DECR`,
-//! `EXPIRE`, `PEXPIRE`, `PTTL`, `TYPE`, `TIME`, `EVAL <script name>`, and on a connection
-//! `WATCH` (the watch plus its reads, one round trip), `UNWATCH`, `EXEC`.
+//! `EXPIRE`, `PEXPIRE`, `PTTL`, `TYPE`, `TIME`, `EVAL <script name>`, `EVAL+WAIT <script name>`,
+//! and on a connection `WATCH` (the watch plus its reads, one round trip), `UNWATCH`, `EXEC`
+//! ([`Command::name`]). Reading the server's version is not gated. A gated client is an
+//! [`Intercept`] store whose hook is the gate: it keeps the inner store's release notifications,
+//! pub/sub flavour and runtime.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -29,8 +48,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tairlock::{Reply, Result, Script, Store, Ttl};
-use tairlock_legacy::watch::{Read, TxOp, WatchConnection, WatchStore};
+use tairlock::Store;
+use tairlock::store::intercept::{Command, Hook, Intercept, Run};
+use tairlock_legacy::watch::{InterceptConnection, WatchHook};
 use tokio::sync::oneshot;
 
 /// How long a step waits for the client to send its command.
@@ -82,11 +102,13 @@ impl Gate {
 
     /// The handle of client `name` on `store`: every command it sends waits at this gate.
     pub fn client<S: Store>(&self, name: &str, store: S) -> Gated<S> {
-        Gated {
-            inner: store,
-            name: Arc::from(name),
-            gate: self.clone(),
-        }
+        Intercept::new(
+            store,
+            GateHook {
+                gate: self.clone(),
+                name: Arc::from(name),
+            },
+        )
     }
 
     /// Let `client`'s next command through, which must be `command`, and wait until it has
@@ -100,11 +122,14 @@ impl Gate {
         let caller = std::panic::Location::caller();
         async move {
             let sent = self.wait_for(client, caller).await;
-            assert_eq!(
-                sent.command, command,
-                "{caller}: {client} sent {} but the schedule expects {command}",
-                sent.command
-            );
+            if sent.command != command {
+                let others = waiting_list(&self.state.lock());
+                panic!(
+                    "{caller}: {client} sent {} but the schedule expects {command}; also waiting \
+                     at the gate: {others:?}",
+                    sent.command
+                );
+            }
             self.let_through(sent).await;
         }
     }
@@ -174,6 +199,11 @@ impl Gate {
             let (done, _) = oneshot::channel();
             let _ = w.go.send(done);
         }
+    }
+
+    /// What each client is waiting at the gate to send now, as `client: command`, sorted.
+    pub fn waiting(&self) -> Vec<String> {
+        waiting_list(&self.state.lock())
     }
 
     /// Every gated command that has run so far, as (client, command), in order.
@@ -255,197 +285,38 @@ impl Gate {
     }
 }
 
-/// One client's handle on a gated store. See the [module docs](self).
-#[derive(Clone)]
-pub struct Gated<S> {
-    inner: S,
-    name: Arc<str>,
+/// What a gated client does around each command: wait at the [`Gate`] until the test lets it
+/// through.
+#[derive(Debug)]
+pub struct GateHook {
     gate: Gate,
+    name: Arc<str>,
 }
 
-impl<S> fmt::Debug for Gated<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gated")
-            .field("client", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S> Gated<S> {
-    /// The store behind the gate.
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
-    /// This client's name.
+impl GateHook {
+    /// The client's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 }
 
-impl<S: Store> Store for Gated<S> {
-    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.gate
-            .pass(&self.name, "GET".into(), self.inner.get(key))
-            .await
-    }
-
-    async fn set_nx(&self, key: &str, value: &[u8]) -> Result<bool> {
-        self.gate
-            .pass(&self.name, "SETNX".into(), self.inner.set_nx(key, value))
-            .await
-    }
-
-    async fn set_nx_px(&self, key: &str, value: &[u8], ttl: Duration) -> Result<bool> {
-        self.gate
-            .pass(
-                &self.name,
-                "SET NX PX".into(),
-                self.inner.set_nx_px(key, value, ttl),
-            )
-            .await
-    }
-
-    async fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.gate
-            .pass(&self.name, "SET".into(), self.inner.set(key, value))
-            .await
-    }
-
-    async fn getset(&self, key: &str, value: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.gate
-            .pass(&self.name, "GETSET".into(), self.inner.getset(key, value))
-            .await
-    }
-
-    async fn getdel(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.gate
-            .pass(&self.name, "GETDEL".into(), self.inner.getdel(key))
-            .await
-    }
-
-    async fn del(&self, key: &str) -> Result<bool> {
-        self.gate
-            .pass(&self.name, "DEL".into(), self.inner.del(key))
-            .await
-    }
-
-    async fn incr(&self, key: &str) -> Result<i64> {
-        self.gate
-            .pass(&self.name, "INCR".into(), self.inner.incr(key))
-            .await
-    }
-
-    async fn decr(&self, key: &str) -> Result<i64> {
-        self.gate
-            .pass(&self.name, "DECR".into(), self.inner.decr(key))
-            .await
-    }
-
-    async fn expire(&self, key: &str, seconds: u64) -> Result<bool> {
-        self.gate
-            .pass(&self.name, "EXPIRE".into(), self.inner.expire(key, seconds))
-            .await
-    }
-
-    async fn pexpire(&self, key: &str, ttl: Duration) -> Result<bool> {
-        self.gate
-            .pass(&self.name, "PEXPIRE".into(), self.inner.pexpire(key, ttl))
-            .await
-    }
-
-    async fn pttl(&self, key: &str) -> Result<Ttl> {
-        self.gate
-            .pass(&self.name, "PTTL".into(), self.inner.pttl(key))
-            .await
-    }
-
-    async fn key_type(&self, key: &str) -> Result<String> {
-        self.gate
-            .pass(&self.name, "TYPE".into(), self.inner.key_type(key))
-            .await
-    }
-
-    async fn time(&self) -> Result<Duration> {
-        self.gate
-            .pass(&self.name, "TIME".into(), self.inner.time())
-            .await
-    }
-
-    async fn eval(
-        &self,
-        script: &'static Script,
-        keys: &[String],
-        args: &[String],
-    ) -> Result<Reply> {
-        self.gate
-            .pass(
-                &self.name,
-                format!("EVAL {}", script.name()),
-                self.inner.eval(script, keys, args),
-            )
-            .await
-    }
-
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        self.inner.runtime()
-    }
-
-    fn pubsub(&self) -> tairlock::notify::PubSub {
-        self.inner.pubsub()
+impl Hook for GateHook {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        match command {
+            // Reading the server's version changes nothing: not gated.
+            Command::ServerVersion => run,
+            _ => Box::pin(self.gate.pass(&self.name, command.name(), run)),
+        }
     }
 }
 
-impl<S: WatchStore> WatchStore for Gated<S> {
-    type Connection = GatedConnection<S::Connection>;
+/// `WATCH`, `UNWATCH` and `EXEC` of a gated client's connections wait at the gate as
+/// [`Command::Watch`], [`Command::Unwatch`] and [`Command::Exec`].
+impl WatchHook for GateHook {}
 
-    /// Opening a connection changes nothing on the server: not gated.
-    async fn watch_connection(&self) -> Result<GatedConnection<S::Connection>> {
-        Ok(GatedConnection {
-            inner: self.inner.watch_connection().await?,
-            name: self.name.clone(),
-            gate: self.gate.clone(),
-        })
-    }
-
-    async fn server_version(&self) -> Result<Option<String>> {
-        self.inner.server_version().await
-    }
-}
+/// One client's handle on a gated store: an [`Intercept`] store whose hook waits at the gate.
+/// See the [module docs](self).
+pub type Gated<S> = Intercept<S, GateHook>;
 
 /// A gated `WATCH` connection.
-pub struct GatedConnection<C> {
-    inner: C,
-    name: Arc<str>,
-    gate: Gate,
-}
-
-impl<C> fmt::Debug for GatedConnection<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GatedConnection")
-            .field("client", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<C: WatchConnection> WatchConnection for GatedConnection<C> {
-    async fn watch(&mut self, keys: &[String], reads: &[Read]) -> Result<Vec<Reply>> {
-        let name = self.name.clone();
-        let gate = self.gate.clone();
-        gate.pass(&name, "WATCH".into(), self.inner.watch(keys, reads))
-            .await
-    }
-
-    async fn unwatch(&mut self) -> Result<()> {
-        let name = self.name.clone();
-        let gate = self.gate.clone();
-        gate.pass(&name, "UNWATCH".into(), self.inner.unwatch())
-            .await
-    }
-
-    async fn exec(&mut self, ops: &[TxOp]) -> Result<Option<Vec<Reply>>> {
-        let name = self.name.clone();
-        let gate = self.gate.clone();
-        gate.pass(&name, "EXEC".into(), self.inner.exec(ops)).await
-    }
-}
+pub type GatedConnection<C> = InterceptConnection<C, GateHook>;

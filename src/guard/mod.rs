@@ -81,7 +81,11 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
     shared
         .live
         .watchdog(shared.ttl / 3, || async move {
-            match shared.renew(shared.ttl).await.1 {
+            // Past `Options::max_hold`, renew no more; before it, never past it.
+            let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
+                return Renewal::Stop;
+            };
+            match shared.renew(ttl).await.1 {
                 Ok(Renew::Renewed(lease)) => shared.adopt(lease),
                 Ok(Renew::NotHeld | Renew::HeldByOther) => Renewal::Lost,
                 // No answer: repeated with the same nonce until one comes or the deadline
@@ -132,6 +136,11 @@ impl<S: Store> LockGuard<S> {
             renews: watchdog_on,
         });
         if watchdog_on {
+            if let Some(max_hold) = shared.locks.options().max_hold {
+                shared
+                    .live
+                    .renew_until(tokio::time::Instant::now() + max_hold);
+            }
             let handle = crate::blocking::spawn_handle(shared.locks.store().runtime())
                 .spawn(watchdog(shared.clone()))
                 .abort_handle();

@@ -501,6 +501,27 @@ impl<S: Store> ExpireLock<S> {
         })
     }
 
+    /// Whether the lock `name` is held by anyone (one atomic read; an expired lease is not
+    /// held).
+    ///
+    /// # Errors
+    ///
+    /// Invalid name; [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the key holds
+    /// data that is not one of our leases; connection errors.
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        let inspection = self.inspect(name).await?;
+        if inspection.foreign {
+            return Err(Error::new(
+                crate::ErrorKind::WrongType,
+                format!(
+                    "{} holds a {} that is not a tairlock lease",
+                    inspection.key, inspection.key_type
+                ),
+            ));
+        }
+        Ok(inspection.holder.is_some())
+    }
+
     /// Delete the lock whoever holds it, for operators. Dangerous: the holder is not told and
     /// keeps running its critical section; only fencing protects the resource then.
     ///
@@ -570,6 +591,34 @@ impl<S: Store> ExpireLock<S> {
             self.store.runtime(),
             "blocking_renew",
             self.renew(name, lease, ttl),
+        )
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, name: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_is_locked",
+            self.is_locked(name),
+        )
+    }
+
+    /// Blocking twin of [`force_unlock`](Self::force_unlock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_force_unlock(&self, name: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_force_unlock",
+            self.force_unlock(name),
         )
     }
 

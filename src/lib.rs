@@ -73,6 +73,7 @@ pub mod fair;
 pub mod guard;
 pub mod keys;
 mod lease;
+pub mod multi;
 #[cfg(tairlock_loom)]
 #[doc(hidden)]
 pub mod loom_models;
@@ -94,6 +95,7 @@ pub use crate::fair::FairAttempt;
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};
+pub use crate::multi::MultiGuard;
 pub use crate::redlock::{Redlock, RedlockLease, RedlockOptions};
 pub use crate::reentrant::{OwnedReentrantGuard, Owner, ReentrantGuard, ReentrantLock};
 pub use crate::replicated::{

@@ -118,7 +118,7 @@ async fn pause(give_up: Instant) -> bool {
 }
 
 impl<S: Store> ExpireLock<S> {
-    async fn acquire_lease(
+    pub(crate) async fn acquire_lease(
         &self,
         name: &str,
         ttl: Duration,

@@ -7,6 +7,7 @@
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
 //! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
+//! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, ...}` / `{0, i, holder, pttl}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
 //! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
 //!
@@ -14,13 +15,15 @@
 //! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
 //!
 //! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key
-//! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`).
+//! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`), except [`LOCK_MANY`]:
+//! O(the number of locks it is given).
 
 mod expire_lock;
 mod expire_unlock;
 mod fair;
 mod force_unlock;
 mod inspect;
+mod lock_many;
 mod renew;
 
 pub use self::expire_lock::EXPIRE_LOCK;
@@ -28,6 +31,7 @@ pub use self::expire_unlock::EXPIRE_UNLOCK;
 pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
 pub use self::inspect::INSPECT;
+pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;
 
 use crate::script::Script;

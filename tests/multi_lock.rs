@@ -342,3 +342,98 @@ async fn names_across_cluster_slots_work() {
     let one_slot = other.try_lock_many(&["tagged", &peer]).await.unwrap().unwrap();
     assert_eq!(one_slot.release().await.unwrap(), [Unlock::Released; 2]);
 }
+
+/// A reply with each lease reduced to its nonce and a PTTL to "pttl", so that the two stores'
+/// replies compare equal; an error to its kind.
+fn shape(reply: tairlock::Result<tairlock::Reply>) -> String {
+    use tairlock::Reply;
+    fn one(r: &Reply) -> String {
+        match r {
+            Reply::Data(_) => {
+                let text = r.as_str().unwrap_or_default();
+                match tairlock::Lease::parse(text) {
+                    Some(lease) => format!("lease:{}", lease.nonce()),
+                    None => text.to_owned(),
+                }
+            }
+            Reply::Int(i) if *i > 2 => "pttl".to_owned(),
+            Reply::Array(items) => {
+                let inner: Vec<String> = items.iter().map(one).collect();
+                format!("[{}]", inner.join(","))
+            }
+            other => format!("{other:?}"),
+        }
+    }
+    match reply {
+        Ok(r) => one(&r),
+        Err(e) => format!("error:{:?}", e.kind()),
+    }
+}
+
+/// `LOCK_MANY`'s Lua and native bodies answer alike: a grant, a repeat, a busy lock (index
+/// and holder), a partial repeat, and every kind of foreign data (nothing written then).
+#[tokio::test]
+async fn the_lock_many_script_is_the_same_on_both_stores() {
+    use tairlock::MemoryStore;
+    use tairlock::scripts::LOCK_MANY;
+    let server = RedisServer::start();
+    let redis = server.store().await;
+    let memory = MemoryStore::new();
+    let keys: Vec<String> = ["p", "q"]
+        .iter()
+        .flat_map(|n| [key(n), format!("{}:fence", key(n))])
+        .collect();
+    let args = |nonce: &str| vec!["30000".to_owned(), nonce.to_owned(), "60000".to_owned()];
+    let mut transcript: Vec<(String, String)> = Vec::new();
+    macro_rules! on_both {
+        ($store:ident => $body:expr) => {{
+            let a = {
+                let $store = &redis;
+                $body
+            };
+            let b = {
+                let $store = &memory;
+                $body
+            };
+            transcript.push((a, b));
+        }};
+    }
+    on_both!(s => shape(s.eval(&LOCK_MANY, &keys, &args("a1")).await));
+    on_both!(s => shape(s.eval(&LOCK_MANY, &keys, &args("a1")).await));
+    on_both!(s => shape(s.eval(&LOCK_MANY, &keys, &args("a2")).await));
+    on_both!(s => {
+        s.del(&keys[2]).await.unwrap();
+        shape(s.eval(&LOCK_MANY, &keys, &args("a1")).await)
+    });
+    on_both!(s => {
+        s.del(&keys[0]).await.unwrap();
+        shape(s.eval(&LOCK_MANY, &keys, &args("a2")).await)
+    });
+    on_both!(s => {
+        s.del(&keys[0]).await.unwrap();
+        s.del(&keys[2]).await.unwrap();
+        s.set(&keys[2], b"user data").await.unwrap();
+        let out = shape(s.eval(&LOCK_MANY, &keys, &args("a3")).await);
+        format!("{out} p-left:{:?}", s.pttl(&keys[0]).await.unwrap())
+    });
+    on_both!(s => {
+        s.del(&keys[2]).await.unwrap();
+        s.set(&keys[3], b"not a token").await.unwrap();
+        shape(s.eval(&LOCK_MANY, &keys, &args("a3")).await)
+    });
+    on_both!(s => {
+        s.del(&keys[3]).await.unwrap();
+        shape(s.eval(&LOCK_MANY, &keys[..2], &args("a4")).await)
+    });
+    for (i, (on_redis, on_memory)) in transcript.iter().enumerate() {
+        assert_eq!(on_redis, on_memory, "step {i}");
+    }
+    assert_eq!(transcript[0].0, "[Int(1),lease:a1,lease:a1]");
+    assert_eq!(transcript[1].0, "[Int(1),lease:a1,lease:a1]");
+    assert_eq!(transcript[2].0, "[Int(0),Int(1),lease:a1,pttl]");
+    assert_eq!(transcript[3].0, "[Int(1),lease:a1,lease:a1]", "a partial repeat");
+    assert_eq!(transcript[4].0, "[Int(0),Int(2),lease:a1,pttl]");
+    assert_eq!(transcript[5].0, "error:WrongType p-left:Missing");
+    assert_eq!(transcript[6].0, "error:WrongType");
+    assert_eq!(transcript[7].0, "[Int(1),lease:a4]");
+}

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use support::RedisServer;
 use support::cluster::RedisCluster;
+use support::proxy::{Proxy, Which};
 use tairlock::keys::key_slot;
 use tairlock::{ErrorKind, ExpireLock, Options, RedisStore, Store, Ttl, Unlock};
 
@@ -436,4 +437,45 @@ async fn the_lock_many_script_is_the_same_on_both_stores() {
     assert_eq!(transcript[5].0, "error:WrongType p-left:Missing");
     assert_eq!(transcript[6].0, "error:WrongType");
     assert_eq!(transcript[7].0, "[Int(1),lease:a4]");
+}
+
+/// A reply lost after the server applied the step (a waiting call rides it; a single attempt
+/// returns it): the repeat under the same nonce finds what was taken, in one script (the guard comes back) and one at a time (the rollback after a busy
+/// name still deletes the lease whose grant went unanswered).
+#[tokio::test]
+async fn a_lost_reply_is_repeated_under_the_same_nonce() {
+    use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, LOCK_MANY};
+    let server = RedisServer::start();
+    let probe = server.store().await;
+    server.check(
+        probe
+            .preload(&[&LOCK_MANY, &EXPIRE_LOCK, &EXPIRE_UNLOCK])
+            .await,
+        "preload",
+    );
+    let proxy = Proxy::start(server.port());
+    let mut options = tairlock::store::RedisOptions::default();
+    options.response_timeout = Duration::from_millis(400);
+    let locks = ExpireLock::new(proxy.store_with(options).await);
+    let peer = same_slot_as("lost");
+    proxy.drop_replies(Which::All, 1);
+    let guard = locks
+        .try_lock_many_for(&["lost", &peer], Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("the repeat found its own grant");
+    let dropped = || proxy.faults().get("drop_reply").copied().unwrap_or(0);
+    assert_eq!(dropped(), 1, "no reply was dropped");
+    assert_eq!(guard.release().await.unwrap(), [Unlock::Released; 2]);
+    let other = ExpireLock::new(server.store().await);
+    let busy = other.lock("m2").await.unwrap();
+    proxy.drop_replies(Which::All, 1);
+    let none = locks
+        .try_lock_many_for(&["m1", "m2"], Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    assert_eq!(dropped(), 2, "no reply was dropped");
+    assert!(is_missing(&probe, "m1").await, "m1 was left behind");
+    busy.release().await.unwrap();
 }

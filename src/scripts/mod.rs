@@ -40,6 +40,9 @@ use crate::store::memory::{CommandError, CommandResult, Db};
 /// The fair mode's scripts ([`Options::fair`](crate::Options::fair)).
 pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
 
+/// The multi-lock's script ([`ExpireLock::lock_many`](crate::ExpireLock::lock_many)).
+pub static MULTI: [&Script; 1] = [&LOCK_MANY];
+
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [
     &EXPIRE_LOCK,

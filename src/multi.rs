@@ -576,13 +576,13 @@ impl<S: Store> MultiGuard<S> {
     /// # Errors
     ///
     /// [`ErrorKind::LeaseLost`] when any lease is gone (the guard is lost then); store errors.
-    /// When a reply did not come the renewal may have been applied: the next `extend` (or
+    /// When a reply did not come the renewal may have been applied: the next `renew` (or
     /// watchdog renewal) repeats it with the same nonce.
     ///
     /// # Cancel safety
     ///
-    /// As [`LockGuard::extend`](crate::LockGuard::extend).
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+    /// As [`LockGuard::renew`](crate::LockGuard::renew).
+    pub async fn renew(&self, ttl: Duration) -> Result<()> {
         crate::expire_lock::ttl_ms(ttl)?;
         let _in_flight = self.held.live.renewing().await;
         loop {
@@ -618,6 +618,20 @@ impl<S: Store> MultiGuard<S> {
     pub async fn release(mut self) -> Result<Vec<Unlock>> {
         self.armed = false;
         self.held.release().await
+    }
+
+    /// Blocking twin of [`renew`](Self::renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_renew(&self, ttl: Duration) -> Result<()> {
+        crate::blocking::block_on(
+            self.held.locks.store().runtime(),
+            "blocking_renew",
+            self.renew(ttl),
+        )
     }
 
     /// Blocking twin of [`release`](Self::release).

@@ -105,6 +105,8 @@ pub struct ClusterStore {
     notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
     /// The application's settings, applied to every cluster client the store builds.
     customize: Option<Customize>,
+    /// The runtime a [`blocking_connect`](Self::blocking_connect)ed store owns.
+    owned: Option<std::sync::Arc<tokio::runtime::Runtime>>,
 }
 
 /// See [`ClusterStore::connect_customized`].
@@ -244,7 +246,48 @@ impl ClusterStore {
             pubsub,
             notifier: Default::default(),
             customize,
+            owned: None,
         })
+    }
+
+    /// Blocking twin of [`connect`](Self::connect): the store owns a small multi-thread runtime
+    /// (one worker) that drives its connections, as
+    /// [`RedisStore::blocking_connect`](crate::RedisStore::blocking_connect)'s does.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_connect<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
+        ClusterStore::blocking_connect_with(urls, ClusterOptions::default())
+    }
+
+    /// Blocking twin of [`connect_with`](Self::connect_with).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_connect_with<S: AsRef<str>>(
+        urls: &[S],
+        options: ClusterOptions,
+    ) -> Result<Self> {
+        let runtime = super::redis::owned_runtime()?;
+        let mut store = crate::blocking::block_on(
+            Some(runtime.handle().clone()),
+            "ClusterStore::blocking_connect",
+            ClusterStore::connect_with(urls, options),
+        )?;
+        store.owned = Some(runtime);
+        Ok(store)
     }
 
     /// The seed URLs, with any password removed.

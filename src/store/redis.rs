@@ -215,22 +215,26 @@ impl RedisStore {
     /// When called from inside an async runtime (use [`connect`](Self::connect) there).
     #[track_caller]
     pub fn blocking_connect(url: &str) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tairlock-io")
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::new(
-                    crate::ErrorKind::Connection,
-                    format!("cannot start the I/O runtime: {e}"),
-                )
-            })?;
-        let runtime = std::sync::Arc::new(runtime);
+        RedisStore::blocking_connect_with(url, RedisOptions::default())
+    }
+
+    /// Blocking twin of [`connect_with`](Self::connect_with), with its own runtime as
+    /// [`blocking_connect`](Self::blocking_connect).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let runtime = owned_runtime()?;
         let mut store = crate::blocking::block_on(
             Some(runtime.handle().clone()),
             "RedisStore::blocking_connect",
-            RedisStore::connect(url),
+            RedisStore::connect_with(url, options),
         )?;
         store.owned = Some(runtime);
         Ok(store)
@@ -467,4 +471,20 @@ mod tests {
         let client = redis::Client::open("redis://user:secret@127.0.0.1:6379/2").unwrap();
         assert_eq!(super::describe(&client), "redis://user@127.0.0.1:6379/2");
     }
+}
+
+/// The small multi-thread runtime (one worker) a store made by a `blocking_connect` owns.
+pub(crate) fn owned_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tairlock-io")
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Connection,
+                format!("cannot start the I/O runtime: {e}"),
+            )
+        })
 }

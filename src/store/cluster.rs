@@ -530,3 +530,41 @@ impl ClusterStore {
         })
     }
 }
+
+impl ClusterStore {
+    /// Blocking twin of [`command`](Self::command).
+    ///
+    /// # Errors
+    ///
+    /// As [`command`](Self::command).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_command",
+            self.command(cmd),
+        )
+    }
+
+    /// Blocking twin of [`preload`](Self::preload).
+    ///
+    /// # Errors
+    ///
+    /// As [`preload`](Self::preload).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_preload(&self, scripts: &[&'static Script]) -> Result<()> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_preload",
+            self.preload(scripts),
+        )
+    }
+}

@@ -453,6 +453,71 @@ impl ReplicaStore for RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Blocking twin of [`command`](Self::command).
+    ///
+    /// # Errors
+    ///
+    /// As [`command`](Self::command).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_command",
+            self.command(cmd),
+        )
+    }
+
+    /// Blocking twin of [`preload`](Self::preload).
+    ///
+    /// # Errors
+    ///
+    /// As [`preload`](Self::preload).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_preload(&self, scripts: &[&'static Script]) -> Result<()> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_preload",
+            self.preload(scripts),
+        )
+    }
+
+    /// Blocking twin of [`connect_sentinel`](Self::connect_sentinel), with its own runtime as
+    /// [`blocking_connect`](Self::blocking_connect) (the Sentinel watch runs on it).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_sentinel`](Self::connect_sentinel).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[cfg(feature = "sentinel")]
+    #[track_caller]
+    pub fn blocking_connect_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: super::sentinel::SentinelOptions,
+    ) -> Result<Self> {
+        let runtime = owned_runtime()?;
+        let mut store = crate::blocking::block_on(
+            Some(runtime.handle().clone()),
+            "RedisStore::blocking_connect_sentinel",
+            RedisStore::connect_sentinel(sentinels, master, options),
+        )?;
+        store.owned = Some(runtime);
+        Ok(store)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact;

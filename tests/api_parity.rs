@@ -3,7 +3,7 @@
 //! - `ReentrantLock`: `try_lock_as`, `try_lock_for_as`, `lock_with_lease_as` (and their
 //!   thread-keyed blocking twins) re-enter without a round trip and otherwise behave like the
 //!   expire lock's; `held_depth(owner, name)` counts an owner's holds.
-//! - `is_locked(name)` on every kind: expire lock, reentrant, replicated, Redlock, and the three
+//! - `is_locked(name)` on every kind: expire lock, reentrant, replicated, RwLock, Redlock, the three
 //!   legacy kinds (and the detected one); a key holding user data is an error.
 //! - A few blocking twins from a plain thread: `blocking_try_lock`, `blocking_with_lock`,
 //!   `blocking_lock_with_lease`, `blocking_renew`, the multi-lock's, `blocking_is_locked`.
@@ -104,6 +104,17 @@ async fn is_locked_on_every_lock_kind() {
     assert!(replicated.is_locked("p").await.unwrap());
     replicated.release("p", &taken).await.unwrap();
     assert!(!replicated.is_locked("p").await.unwrap());
+
+    let rw = tairlock_rwlock::RwLock::new(store.clone());
+    assert!(!rw.is_locked("doc").await.unwrap());
+    let reader = rw.read("doc").await.unwrap();
+    assert!(rw.is_locked("doc").await.unwrap());
+    reader.release().await.unwrap();
+    assert!(!rw.is_locked("doc").await.unwrap());
+    let writer = rw.write("doc").await.unwrap();
+    assert!(rw.is_locked("doc").await.unwrap());
+    writer.release().await.unwrap();
+    assert!(!rw.is_locked("doc").await.unwrap());
 
     let (second, third) = (RedisServer::start(), RedisServer::start());
     let redlock = Redlock::new(

@@ -254,8 +254,18 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_fair_attempt(&self, name: &str, ttl: Duration, nonce: &str, queue: bool) -> Result<FairAttempt> {
-        crate::blocking::block_on(self.store().runtime(), "blocking_fair_attempt", self.fair_attempt(name, ttl, nonce, queue))
+    pub fn blocking_fair_attempt(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<FairAttempt> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_attempt",
+            self.fair_attempt(name, ttl, nonce, queue),
+        )
     }
 
     /// Blocking twin of [`fair_leave`](Self::fair_leave).
@@ -265,6 +275,10 @@ impl<S: Store> ExpireLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_fair_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
-        crate::blocking::block_on(self.store().runtime(), "blocking_fair_leave", self.fair_leave(name, nonce))
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_leave",
+            self.fair_leave(name, nonce),
+        )
     }
 }

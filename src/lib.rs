@@ -73,10 +73,10 @@ pub mod fair;
 pub mod guard;
 pub mod keys;
 mod lease;
-pub mod multi;
 #[cfg(tairlock_loom)]
 #[doc(hidden)]
 pub mod loom_models;
+pub mod multi;
 pub mod notify;
 pub mod redlock;
 pub mod reentrant;

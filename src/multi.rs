@@ -3,7 +3,7 @@
 //!
 //! - **One slot, one script.** When every name's keys hash to one Redis Cluster slot, all the
 //!   locks are taken by one atomic script ([`LOCK_MANY`]): all or none, and a busy one leaves
-//!   nothing written. The attempt waits in the [engine](crate::engine) like any other kind (by
+//!   nothing written. The attempt waits in the [`engine`] like any other kind (by
 //!   polling: there is no one release channel to listen on), repeated with the same nonce after
 //!   no answer, and undone by that nonce when cancelled.
 //! - **Otherwise, one at a time in a fixed order.** The names are sorted and deduplicated and
@@ -215,7 +215,7 @@ impl<S: Store> Drop for Rollback<S> {
     }
 }
 
-/// The one-script path's steps for the [engine](crate::engine): one [`LOCK_MANY`] under the
+/// The one-script path's steps for the [`engine`]: one [`LOCK_MANY`] under the
 /// acquisition's nonce; undone by repeating it (which returns our leases if the lost attempt
 /// took them) and releasing what it returns.
 #[derive(Clone)]
@@ -251,10 +251,15 @@ fn decode_many(
 ) -> Result<Attempt<Vec<Lease>>> {
     let items = array(reply, &LOCK_MANY)?;
     match items.first().and_then(Reply::as_int) {
-        Some(1) if items.len() == n + 1 => (1..=n)
-            .map(|i| Ok(lease_at(items, i, &LOCK_MANY)?.with_deadline(engine::local_deadline(sent, ttl))))
-            .collect::<Result<Vec<_>>>()
-            .map(Attempt::Acquired),
+        Some(1) if items.len() == n + 1 => {
+            (1..=n)
+                .map(|i| {
+                    Ok(lease_at(items, i, &LOCK_MANY)?
+                        .with_deadline(engine::local_deadline(sent, ttl)))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Attempt::Acquired)
+        }
         Some(0) => {
             let remaining = items.get(3).and_then(Reply::as_int).unwrap_or(0).max(0);
             Ok(Attempt::Busy {

@@ -369,7 +369,8 @@ impl<S: Store> ReentrantLock<S> {
         owner: &Owner,
         name: &str,
     ) -> Result<Option<OwnedReentrantGuard<S>>> {
-        self.acquire_as(owner, name, self.locks.try_lock(name)).await
+        self.acquire_as(owner, name, self.locks.try_lock(name))
+            .await
     }
 
     /// Re-enter `name` for `owner`, or wait up to `timeout` for it: `None` if it did not come

@@ -559,7 +559,11 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_acquire(&self, name: &str, ttl: Duration) -> Result<ReplicatedAcquire> {
-        crate::blocking::block_on(self.locks().store().runtime(), "blocking_acquire", self.acquire(name, ttl))
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_acquire",
+            self.acquire(name, ttl),
+        )
     }
 
     /// Blocking twin of [`renew`](Self::renew).
@@ -568,8 +572,17 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_renew(&self, name: &str, lease: &Lease, ttl: Duration) -> Result<ReplicatedRenew> {
-        crate::blocking::block_on(self.locks().store().runtime(), "blocking_renew", self.renew(name, lease, ttl))
+    pub fn blocking_renew(
+        &self,
+        name: &str,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<ReplicatedRenew> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_renew",
+            self.renew(name, lease, ttl),
+        )
     }
 
     /// Blocking twin of [`release`](Self::release).
@@ -579,7 +592,11 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_release(&self, name: &str, lease: &Lease) -> Result<ReplicatedRelease> {
-        crate::blocking::block_on(self.locks().store().runtime(), "blocking_release", self.release(name, lease))
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_release",
+            self.release(name, lease),
+        )
     }
 
     /// Blocking twin of [`try_lock`](Self::try_lock).
@@ -588,8 +605,16 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_try_lock(&self, name: &str, ttl: Duration) -> Result<std::result::Result<ReplicatedGuard<S>, ReplicatedAcquire>> {
-        crate::blocking::block_on(self.locks().store().runtime(), "blocking_try_lock", self.try_lock(name, ttl))
+    pub fn blocking_try_lock(
+        &self,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<std::result::Result<ReplicatedGuard<S>, ReplicatedAcquire>> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_try_lock",
+            self.try_lock(name, ttl),
+        )
     }
 }
 

@@ -335,7 +335,11 @@ impl<S: Store> ExpireLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_try_lock(&self, name: &str) -> Result<Option<LockGuard<S>>> {
-        crate::blocking::block_on(self.store().runtime(), "blocking_try_lock", self.try_lock(name))
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_lock",
+            self.try_lock(name),
+        )
     }
 
     /// Blocking twin of [`lock_with_lease`](Self::lock_with_lease).
@@ -344,8 +348,17 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_lock_with_lease(&self, name: &str, lease: Duration, timeout: Option<Duration>) -> Result<Option<LockGuard<S>>> {
-        crate::blocking::block_on(self.store().runtime(), "blocking_lock_with_lease", self.lock_with_lease(name, lease, timeout))
+    pub fn blocking_lock_with_lease(
+        &self,
+        name: &str,
+        lease: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Option<LockGuard<S>>> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_lock_with_lease",
+            self.lock_with_lease(name, lease, timeout),
+        )
     }
 
     /// Blocking twin of [`with_lock`](Self::with_lock): the critical section is the same

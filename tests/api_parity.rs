@@ -51,7 +51,12 @@ async fn reentrant_try_timed_and_fixed_lease_variants_and_owner_depth() {
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert!(
         locks
-            .lock_with_lease_as(&bob, "r", Duration::from_secs(1), Some(Duration::from_millis(100)))
+            .lock_with_lease_as(
+                &bob,
+                "r",
+                Duration::from_secs(1),
+                Some(Duration::from_millis(100))
+            )
             .await
             .unwrap()
             .is_none()
@@ -72,9 +77,16 @@ async fn reentrant_try_timed_and_fixed_lease_variants_and_owner_depth() {
     assert_eq!(locks.held_depth(&bob, "r"), 1);
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(fixed.is_lost());
-    assert!(!locks.is_locked("r").await.unwrap(), "a fixed lease was renewed");
+    assert!(
+        !locks.is_locked("r").await.unwrap(),
+        "a fixed lease was renewed"
+    );
     let refused = locks.try_lock_as(&bob, "r").await.unwrap_err();
-    assert_eq!(refused.kind(), ErrorKind::LeaseLost, "re-entry after the loss");
+    assert_eq!(
+        refused.kind(),
+        ErrorKind::LeaseLost,
+        "re-entry after the loss"
+    );
     drop(fixed);
     assert!(locks.try_lock_as(&bob, "r").await.unwrap().is_some());
 }
@@ -99,8 +111,16 @@ async fn is_locked_on_every_lock_kind() {
     held.release().await.unwrap();
     assert!(!reentrant.is_locked("e").await.unwrap());
 
-    let replicated = ReplicatedLock::new(expire.clone(), WaitFor::replicas(0, Duration::from_millis(100)));
-    let taken = replicated.acquire("p", lease).await.unwrap().lease().unwrap();
+    let replicated = ReplicatedLock::new(
+        expire.clone(),
+        WaitFor::replicas(0, Duration::from_millis(100)),
+    );
+    let taken = replicated
+        .acquire("p", lease)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
     assert!(replicated.is_locked("p").await.unwrap());
     replicated.release("p", &taken).await.unwrap();
     assert!(!replicated.is_locked("p").await.unwrap());
@@ -136,7 +156,9 @@ async fn is_locked_on_every_lock_kind() {
     let scripted = ScriptedLock::new(store.clone());
     let watch = WatchLock::new(store.clone());
     let getset = GetSetLock::new(store.clone());
-    let detected = LegacyLock::detect(store.clone(), Default::default()).await.unwrap();
+    let detected = LegacyLock::detect(store.clone(), Default::default())
+        .await
+        .unwrap();
     let TryAcquire::Acquired(holding) = scripted.try_acquire("legacy:1", lease).await.unwrap()
     else {
         panic!("free");
@@ -162,13 +184,19 @@ async fn is_locked_on_every_lock_kind() {
     // User data: an error, and the data stays.
     server.cli(&["SET", "tairlock:{user}", "not a lease"]);
     server.cli(&["SET", "legacy:user", "not a timestamp"]);
-    assert_eq!(expire.is_locked("user").await.unwrap_err().kind(), ErrorKind::WrongType);
+    assert_eq!(
+        expire.is_locked("user").await.unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
     assert_eq!(
         scripted.is_locked("legacy:user").await.unwrap_err().kind(),
         ErrorKind::WrongType
     );
     assert_eq!(server.cli(&["GET", "tairlock:{user}"]), "not a lease");
-    assert_eq!(expire.is_locked("").await.unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        expire.is_locked("").await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
 }
 
 /// The blocking twins, from a plain thread with a store that owns its runtime.

@@ -17,7 +17,11 @@ const NO_TWIN: &[(&str, &str, &str)] = &[
     ("LockGuard", "lost", "blocking code polls is_lost()"),
     ("MultiGuard", "lost", "blocking code polls is_lost()"),
     ("ReplicatedGuard", "lost", "blocking code polls is_lost()"),
-    ("(macro)", "lost", "the rwlock guards' (a macro): blocking code polls is_lost()"),
+    (
+        "(macro)",
+        "lost",
+        "the rwlock guards' (a macro): blocking code polls is_lost()",
+    ),
     // Building blocks of guards and waits, used inside async code by every lock kind.
     ("Liveness", "lost", "a guard's building block"),
     ("Liveness", "renewing", "a guard's building block"),
@@ -30,19 +34,63 @@ const NO_TWIN: &[(&str, &str, &str)] = &[
     ("Transient", "wait", "the engine's back-off"),
     // Step-by-step attempts, one command per step for tests and the race tool; blocking code
     // uses the kind's blocking_acquire / blocking_release.
-    ("AcquireAttempt", "step", "one command at a time, for the race tool"),
-    ("AcquireAttempt", "run", "one command at a time, for the race tool"),
-    ("ReleaseAttempt", "step", "one command at a time, for the race tool"),
-    ("ReleaseAttempt", "run", "one command at a time, for the race tool"),
-    ("WatchAttempt", "step", "one command at a time, for the race tool"),
-    ("WatchAttempt", "run", "one command at a time, for the race tool"),
-    ("WatchRelease", "step", "one command at a time, for the race tool"),
-    ("WatchRelease", "run", "one command at a time, for the race tool"),
+    (
+        "AcquireAttempt",
+        "step",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "AcquireAttempt",
+        "run",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "ReleaseAttempt",
+        "step",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "ReleaseAttempt",
+        "run",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "WatchAttempt",
+        "step",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "WatchAttempt",
+        "run",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "WatchRelease",
+        "step",
+        "one command at a time, for the race tool",
+    ),
+    (
+        "WatchRelease",
+        "run",
+        "one command at a time, for the race tool",
+    ),
     // Stores built from the application's own async client or connection: it already lives
     // on the application's runtime.
-    ("RedisStore", "from_client", "wraps the application's async client"),
-    ("ClusterStore", "from_connection", "wraps the application's async connection"),
-    ("ClusterStore", "connect_customized", "the application's async client builder"),
+    (
+        "RedisStore",
+        "from_client",
+        "wraps the application's async client",
+    ),
+    (
+        "ClusterStore",
+        "from_connection",
+        "wraps the application's async connection",
+    ),
+    (
+        "ClusterStore",
+        "connect_customized",
+        "the application's async client builder",
+    ),
 ];
 
 /// The reader/writer lock's gaps, left for after its module split (another change in flight);
@@ -120,7 +168,10 @@ fn impl_type(line: &str) -> Option<String> {
 }
 
 /// `(type, async method)` and `(type, name of a blocking twin)` found under `dirs`.
-type Found = (BTreeMap<(String, String), String>, BTreeSet<(String, String)>);
+type Found = (
+    BTreeMap<(String, String), String>,
+    BTreeSet<(String, String)>,
+);
 
 fn scan(dirs: &[&str]) -> Found {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -184,10 +235,17 @@ fn every_public_async_method_has_a_blocking_twin() {
         "the parser found only {} async methods: it is broken",
         asyncs.len()
     );
-    for probe in [("ExpireLock", "lock"), ("LockGuard", "release"), ("MultiGuard", "renew")] {
+    for probe in [
+        ("ExpireLock", "lock"),
+        ("LockGuard", "release"),
+        ("MultiGuard", "renew"),
+    ] {
         let probe = (probe.0.to_owned(), probe.1.to_owned());
         assert!(asyncs.contains_key(&probe), "the parser missed {probe:?}");
-        assert!(twins.contains(&probe), "the parser missed the twin of {probe:?}");
+        assert!(
+            twins.contains(&probe),
+            "the parser missed the twin of {probe:?}"
+        );
     }
     let exempt: BTreeSet<(&str, &str)> = NO_TWIN
         .iter()
@@ -213,17 +271,26 @@ fn every_public_async_method_has_a_blocking_twin() {
             !asyncs.contains_key(&key) || twins.contains(&key)
         })
         .collect();
-    assert!(stale.is_empty(), "stale entries on the no-twin lists: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "stale entries on the no-twin lists: {stale:?}"
+    );
 }
 
 #[test]
 fn impl_lines_name_their_type() {
-    assert_eq!(impl_type("impl<S: Store> ExpireLock<S> {").as_deref(), Some("ExpireLock"));
+    assert_eq!(
+        impl_type("impl<S: Store> ExpireLock<S> {").as_deref(),
+        Some("ExpireLock")
+    );
     assert_eq!(
         impl_type("impl<S: Store> Kind for Step<S> {").as_deref(),
         Some("Step")
     );
-    assert_eq!(impl_type("impl RedisStore {").as_deref(), Some("RedisStore"));
+    assert_eq!(
+        impl_type("impl RedisStore {").as_deref(),
+        Some("RedisStore")
+    );
     assert_eq!(
         impl_type("impl<S: ReplicaStore> fmt::Debug for ReplicatedGuard<S> {").as_deref(),
         Some("ReplicatedGuard")

@@ -37,7 +37,10 @@ async fn the_watchdog_stops_at_max_hold_and_the_guard_reports_the_loss() {
     // Well past the first lease: the watchdog renewed it.
     tokio::time::sleep(LEASE * 2).await;
     assert!(!guard.is_lost(), "lost before max_hold");
-    assert!(matches!(probe.pttl(&key("bounded")).await.unwrap(), Ttl::Expires(_)));
+    assert!(matches!(
+        probe.pttl(&key("bounded")).await.unwrap(),
+        Ttl::Expires(_)
+    ));
     tokio::time::timeout(MAX_HOLD + LEASE + Duration::from_secs(5), guard.lost())
         .await
         .expect("the guard never reported the loss after max_hold");

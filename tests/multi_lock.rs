@@ -126,7 +126,11 @@ async fn a_busy_name_rolls_back_what_was_taken() {
     assert!(!locks.is_locked("a").await.unwrap());
     // Once b is free, all three come.
     busy.release().await.unwrap();
-    let guard = locks.try_lock_many(&["c", "b", "a", "a"]).await.unwrap().unwrap();
+    let guard = locks
+        .try_lock_many(&["c", "b", "a", "a"])
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(guard.names(), ["a", "b", "c"]);
     assert!(locks.is_locked("b").await.unwrap());
     guard.release().await.unwrap();
@@ -195,7 +199,13 @@ async fn names_in_one_slot_are_taken_by_one_script() {
     let names = ["slot", peer.as_str()];
     let locks = ExpireLock::new(server.store().await);
     // Load the script once.
-    locks.lock_many(&names).await.unwrap().release().await.unwrap();
+    locks
+        .lock_many(&names)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let before = evalsha_calls(&server);
     let guard = locks.try_lock_many(&names).await.unwrap().unwrap();
     assert_eq!(evalsha_calls(&server) - before, 1, "one script for both");
@@ -244,8 +254,16 @@ async fn the_watchdog_renews_every_lease_and_reports_the_loss_of_any() {
         assert!(!is_missing(&probe, name).await, "{name} was not renewed");
     }
     let renewed = guard.leases();
-    assert!(first.iter().zip(&renewed).all(|(a, b)| a.nonce() != b.nonce()));
-    assert_eq!(guard.fences(), first.iter().map(|l| l.fence()).collect::<Vec<_>>());
+    assert!(
+        first
+            .iter()
+            .zip(&renewed)
+            .all(|(a, b)| a.nonce() != b.nonce())
+    );
+    assert_eq!(
+        guard.fences(),
+        first.iter().map(|l| l.fence()).collect::<Vec<_>>()
+    );
     assert!(probe.del(&key("r2")).await.unwrap());
     tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
@@ -297,7 +315,10 @@ async fn a_killed_client_leaves_keys_only_until_their_ttl() {
     }
     // Held across renewals while the child waits for k2.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!is_missing(&probe, "k1").await, "k1 was not renewed while waiting");
+    assert!(
+        !is_missing(&probe, "k1").await,
+        "k1 was not renewed while waiting"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     let killed = Instant::now();
@@ -334,13 +355,23 @@ async fn names_across_cluster_slots_work() {
     for name in &names {
         assert!(other.is_locked(name).await.unwrap());
     }
-    assert!(other.try_lock_many(&[names[2], "free"]).await.unwrap().is_none());
+    assert!(
+        other
+            .try_lock_many(&[names[2], "free"])
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(!other.is_locked("free").await.unwrap(), "rolled back");
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(!guard.is_lost(), "not renewed across masters");
     assert_eq!(guard.release().await.unwrap(), [Unlock::Released; 3]);
     let peer = same_slot_as("tagged");
-    let one_slot = other.try_lock_many(&["tagged", &peer]).await.unwrap().unwrap();
+    let one_slot = other
+        .try_lock_many(&["tagged", &peer])
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(one_slot.release().await.unwrap(), [Unlock::Released; 2]);
 }
 
@@ -432,7 +463,10 @@ async fn the_lock_many_script_is_the_same_on_both_stores() {
     assert_eq!(transcript[0].0, "[Int(1),lease:a1,lease:a1]");
     assert_eq!(transcript[1].0, "[Int(1),lease:a1,lease:a1]");
     assert_eq!(transcript[2].0, "[Int(0),Int(1),lease:a1,pttl]");
-    assert_eq!(transcript[3].0, "[Int(1),lease:a1,lease:a1]", "a partial repeat");
+    assert_eq!(
+        transcript[3].0, "[Int(1),lease:a1,lease:a1]",
+        "a partial repeat"
+    );
     assert_eq!(transcript[4].0, "[Int(0),Int(2),lease:a1,pttl]");
     assert_eq!(transcript[5].0, "error:WrongType p-left:Missing");
     assert_eq!(transcript[6].0, "error:WrongType");

@@ -338,7 +338,11 @@ fn threads_sharing_one_reentrant_lock_do_not_share_holds() {
         !entered.load(Ordering::SeqCst),
         "thread b entered while thread a holds the lock"
     );
-    assert_eq!(locks.thread_held_depth("t"), 2, "b's wait did not touch a's depth");
+    assert_eq!(
+        locks.thread_held_depth("t"),
+        2,
+        "b's wait did not touch a's depth"
+    );
     drop(_a2);
     std::thread::sleep(Duration::from_millis(100));
     assert!(!entered.load(Ordering::SeqCst));
@@ -429,7 +433,10 @@ fn reentry_after_the_lease_was_found_gone_is_refused() {
         let outer = locks.lock_as(&owner, "g").await.unwrap();
         assert_eq!(server.cli(&["DEL", &key("g")]), "1");
         tokio::time::sleep(lease / 3 + Duration::from_millis(80)).await;
-        let refused = locks.lock_as(&owner, "g").await.expect_err("owner re-entry");
+        let refused = locks
+            .lock_as(&owner, "g")
+            .await
+            .expect_err("owner re-entry");
         assert_eq!(refused.kind(), ErrorKind::LeaseLost);
         assert!(outer.is_lost());
         assert_eq!(outer.release().await.unwrap(), Some(Unlock::NotHeld));

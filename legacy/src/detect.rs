@@ -396,7 +396,11 @@ impl<S: WatchStore> LegacyLock<S> {
     #[track_caller]
     pub fn blocking_detect(store: S, options: Options) -> Result<Self> {
         let runtime = store.runtime();
-        tairlock::blocking::block_on(runtime, "blocking_detect", LegacyLock::detect(store, options))
+        tairlock::blocking::block_on(
+            runtime,
+            "blocking_detect",
+            LegacyLock::detect(store, options),
+        )
     }
 }
 

@@ -47,7 +47,11 @@ impl<S: Store> GetSetLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
-        tairlock::blocking::block_on(self.store().runtime(), "blocking_is_locked", self.is_locked(key))
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_is_locked",
+            self.is_locked(key),
+        )
     }
 }
 
@@ -69,7 +73,11 @@ impl<S: Store> ScriptedLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
-        tairlock::blocking::block_on(self.store().runtime(), "blocking_is_locked", self.is_locked(key))
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_is_locked",
+            self.is_locked(key),
+        )
     }
 }
 
@@ -91,7 +99,11 @@ impl<S: WatchStore> WatchLock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
-        tairlock::blocking::block_on(self.store().runtime(), "blocking_is_locked", self.is_locked(key))
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_is_locked",
+            self.is_locked(key),
+        )
     }
 }
 

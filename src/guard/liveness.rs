@@ -357,7 +357,10 @@ mod tests {
         assert!(capped <= Duration::from_secs(10) && capped > Duration::from_secs(5));
         live.renew_until(Instant::now());
         assert_eq!(live.capped_ttl(ttl), None);
-        assert!(!live.is_lost(), "reaching the bound is not a loss by itself");
+        assert!(
+            !live.is_lost(),
+            "reaching the bound is not a loss by itself"
+        );
     }
 
     #[test]

@@ -360,11 +360,7 @@ impl<S: Store> Redlock<S> {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad TTL.
-    pub async fn renew(
-        &self,
-        lease: &RedlockLease,
-        ttl: Duration,
-    ) -> Result<Option<RedlockLease>> {
+    pub async fn renew(&self, lease: &RedlockLease, ttl: Duration) -> Result<Option<RedlockLease>> {
         let ttl_ms = crate::expire_lock::ttl_ms(ttl)?;
         let start = Instant::now();
         let extended = self
@@ -421,7 +417,11 @@ impl<S: Store> Redlock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_try_acquire(&self, name: &str, ttl: Duration) -> Result<Option<RedlockLease>> {
-        crate::blocking::block_on(self.servers.first().and_then(Store::runtime), "blocking_try_acquire", self.try_acquire(name, ttl))
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_try_acquire",
+            self.try_acquire(name, ttl),
+        )
     }
 
     /// Blocking twin of [`acquire`](Self::acquire).
@@ -430,8 +430,17 @@ impl<S: Store> Redlock<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_acquire(&self, name: &str, ttl: Duration, timeout: Duration) -> Result<Option<RedlockLease>> {
-        crate::blocking::block_on(self.servers.first().and_then(Store::runtime), "blocking_acquire", self.acquire(name, ttl, timeout))
+    pub fn blocking_acquire(
+        &self,
+        name: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Option<RedlockLease>> {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_acquire",
+            self.acquire(name, ttl, timeout),
+        )
     }
 
     /// Blocking twin of [`renew`](Self::renew).
@@ -440,8 +449,16 @@ impl<S: Store> Redlock<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_renew(&self, lease: &RedlockLease, ttl: Duration) -> Result<Option<RedlockLease>> {
-        crate::blocking::block_on(self.servers.first().and_then(Store::runtime), "blocking_renew", self.renew(lease, ttl))
+    pub fn blocking_renew(
+        &self,
+        lease: &RedlockLease,
+        ttl: Duration,
+    ) -> Result<Option<RedlockLease>> {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_renew",
+            self.renew(lease, ttl),
+        )
     }
 
     /// Blocking twin of [`release`](Self::release).
@@ -451,7 +468,11 @@ impl<S: Store> Redlock<S> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_release(&self, lease: &RedlockLease) -> usize {
-        crate::blocking::block_on(self.servers.first().and_then(Store::runtime), "blocking_release", self.release(lease))
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_release",
+            self.release(lease),
+        )
     }
 }
 

@@ -8,7 +8,7 @@ use crate::store::memory::{CommandError, CommandResult, Db};
 pub static LOCK_MANY: Script = Script::new("lock_many", include_str!("lock_many.lua"), native);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
-    if keys.len() % 2 != 0 {
+    if !keys.len().is_multiple_of(2) {
         return Err(CommandError::new("ERR", "KEYS must be lock, fence pairs"));
     }
     let ttl = int_arg(args, 0)? as u64;

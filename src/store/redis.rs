@@ -518,6 +518,22 @@ impl RedisStore {
     }
 }
 
+/// The small multi-thread runtime (one worker) a store made by a `blocking_connect` owns.
+pub(crate) fn owned_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tairlock-io")
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Connection,
+                format!("cannot start the I/O runtime: {e}"),
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact;
@@ -536,20 +552,4 @@ mod tests {
         let client = redis::Client::open("redis://user:secret@127.0.0.1:6379/2").unwrap();
         assert_eq!(super::describe(&client), "redis://user@127.0.0.1:6379/2");
     }
-}
-
-/// The small multi-thread runtime (one worker) a store made by a `blocking_connect` owns.
-pub(crate) fn owned_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("tairlock-io")
-        .enable_all()
-        .build()
-        .map(Arc::new)
-        .map_err(|e| {
-            Error::new(
-                crate::ErrorKind::Connection,
-                format!("cannot start the I/O runtime: {e}"),
-            )
-        })
 }

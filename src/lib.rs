@@ -4,6 +4,9 @@
 //!   server-issued [`Lease`] (server-time expiry, 128-bit nonce, fencing token); the lease is the
 //!   only way to [`expire_unlock`](ExpireLock::expire_unlock) or [`renew`](ExpireLock::renew) it.
 //!   One round trip per operation, all of them atomic scripts.
+//! - **Several locks as one** ([`multi`]): [`ExpireLock::lock_many`] and its `try_`/timed
+//!   variants return one [`MultiGuard`]: one atomic script when the names share a cluster slot,
+//!   otherwise sorted order with rollback; one watchdog for all.
 //! - **Stores** ([`store`]): [`RedisStore`] on a real server and [`MemoryStore`] in process, one
 //!   [`Store`] contract, proven equal by the conformance and differential tests.
 //! - **Atomic operations** ([`script`], [`scripts`]): each a `.lua` file beside its native body,

@@ -513,3 +513,30 @@ async fn a_lost_reply_is_repeated_under_the_same_nonce() {
     assert!(is_missing(&probe, "m1").await, "m1 was left behind");
     busy.release().await.unwrap();
 }
+
+/// In fair mode the names are taken one at a time through their queues (never by the one
+/// script), and a busy one still leaves nothing behind.
+#[tokio::test]
+async fn fair_mode_takes_names_through_their_queues() {
+    let server = RedisServer::start();
+    let probe = server.store().await;
+    let fair = |store| ExpireLock::with_options(store, Options::default().fair(true));
+    let locks = fair(server.store().await);
+    let other = fair(server.store().await);
+    let peer = same_slot_as("fa");
+    let guard = locks.lock_many(&["fa", &peer]).await.unwrap();
+    assert!(other.try_lock_many(&["fb", &peer]).await.unwrap().is_none());
+    assert!(is_missing(&probe, "fb").await, "fb was left behind");
+    let waiting = {
+        let peer = peer.clone();
+        tokio::spawn(async move {
+            other
+                .try_lock_many_for(&["fb", &peer], Duration::from_secs(10))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(guard.release().await.unwrap(), [Unlock::Released; 2]);
+    let handed = waiting.await.unwrap().unwrap().expect("handed over");
+    assert_eq!(handed.release().await.unwrap(), [Unlock::Released; 2]);
+}

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use support::RedisServer;
 use tairlock::{ErrorKind, ExpireLock, Options, RedisStore, Store, Ttl};
 
-const LEASE: Duration = Duration::from_millis(300);
-const MAX_HOLD: Duration = Duration::from_millis(1200);
+const LEASE: Duration = Duration::from_millis(600);
+const MAX_HOLD: Duration = Duration::from_millis(1800);
 
 fn key(name: &str) -> String {
     format!("tairlock:{{{name}}}")

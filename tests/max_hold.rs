@@ -24,7 +24,7 @@ fn bounded(store: RedisStore) -> ExpireLock<RedisStore> {
     )
 }
 
-/// Renewed past its first lease (four leases' worth), then lost once `max_hold` has passed:
+/// Renewed past its first lease (three leases' worth), then lost once `max_hold` has passed:
 /// not before the bound, and the server's key ends with it.
 #[tokio::test]
 async fn the_watchdog_stops_at_max_hold_and_the_guard_reports_the_loss() {

@@ -14,11 +14,11 @@ use tairlock::{ExpireLock, MemoryStore, Owner, ReentrantLock, Store};
 fn reenter<S: Store>(c: &mut Criterion, rt: &tokio::runtime::Runtime, label: &str, store: S) {
     let locks = ReentrantLock::new(ExpireLock::new(store));
     let owner = Owner::new();
-    let outer = rt.block_on(locks.lock(&owner, "reentrant")).unwrap();
+    let outer = rt.block_on(locks.lock_as(&owner, "reentrant")).unwrap();
     c.benchmark_group("uncontended")
         .bench_function(format!("{label}/reenter"), |b| {
             b.to_async(rt).iter(|| async {
-                let inner = locks.lock(&owner, "reentrant").await.unwrap();
+                let inner = locks.lock_as(&owner, "reentrant").await.unwrap();
                 inner.release().await.unwrap();
             })
         });

@@ -29,7 +29,7 @@ pub(crate) struct Outcome {
 fn write_section(locks: &ReentrantLock<RedisStore>) -> tairlock::Result<usize> {
     // Re-entry: the same thread already holds NAME.
     let guard = locks.blocking_lock(NAME)?;
-    let depth = locks.held_depth(NAME);
+    let depth = locks.thread_held_depth(NAME);
     println!(
         "  section written under token {:?}, depth {depth}",
         guard.fence()

@@ -64,6 +64,13 @@ pub struct Options {
     /// In fair mode, how long a waiter's place (and a grant made to it) lasts unless refreshed
     /// (default 2 s): a crashed waiter holds up the queue at most this long.
     pub waiter_lease: Duration,
+    /// The bound on automatic renewal (default none): a watchdog never renews a guard's lease
+    /// past this long after the guard was made (a renewal near the end asks only for the time
+    /// left), so the lease runs out about `max_hold` after the acquisition and the guard is
+    /// lost then ([`LockGuard::is_lost`](crate::LockGuard::is_lost),
+    /// [`with_lock`](ExpireLock::with_lock) stops its critical section). Guards with an
+    /// explicit lease have no watchdog and are not affected.
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for Options {
@@ -75,6 +82,7 @@ impl Default for Options {
             wait: crate::wait::WaitStrategy::default(),
             fair: false,
             waiter_lease: crate::fair::WAITER_LEASE,
+            max_hold: None,
         }
     }
 }
@@ -113,6 +121,12 @@ impl Options {
     /// The waiter lease of the fair mode.
     pub fn waiter_lease(mut self, lease: Duration) -> Self {
         self.waiter_lease = lease;
+        self
+    }
+
+    /// Bound automatic renewal: see [`Options::max_hold`](Self#structfield.max_hold).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 }
@@ -487,6 +501,27 @@ impl<S: Store> ExpireLock<S> {
         })
     }
 
+    /// Whether the lock `name` is held by anyone (one atomic read; an expired lease is not
+    /// held).
+    ///
+    /// # Errors
+    ///
+    /// Invalid name; [`ErrorKind::WrongType`](crate::ErrorKind::WrongType) when the key holds
+    /// data that is not one of our leases; connection errors.
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        let inspection = self.inspect(name).await?;
+        if inspection.foreign {
+            return Err(Error::new(
+                crate::ErrorKind::WrongType,
+                format!(
+                    "{} holds a {} that is not a tairlock lease",
+                    inspection.key, inspection.key_type
+                ),
+            ));
+        }
+        Ok(inspection.holder.is_some())
+    }
+
     /// Delete the lock whoever holds it, for operators. Dangerous: the holder is not told and
     /// keeps running its critical section; only fencing protects the resource then.
     ///
@@ -556,6 +591,34 @@ impl<S: Store> ExpireLock<S> {
             self.store.runtime(),
             "blocking_renew",
             self.renew(name, lease, ttl),
+        )
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, name: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_is_locked",
+            self.is_locked(name),
+        )
+    }
+
+    /// Blocking twin of [`force_unlock`](Self::force_unlock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_force_unlock(&self, name: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_force_unlock",
+            self.force_unlock(name),
         )
     }
 

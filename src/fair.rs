@@ -246,3 +246,39 @@ impl<S: Store> Kind for Step<S> {
         self.queue.then(|| self.locks.options().waiter_lease / 3)
     }
 }
+
+impl<S: Store> ExpireLock<S> {
+    /// Blocking twin of [`fair_attempt`](Self::fair_attempt).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_attempt(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<FairAttempt> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_attempt",
+            self.fair_attempt(name, ttl, nonce, queue),
+        )
+    }
+
+    /// Blocking twin of [`fair_leave`](Self::fair_leave).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_leave",
+            self.fair_leave(name, nonce),
+        )
+    }
+}

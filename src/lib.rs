@@ -4,6 +4,9 @@
 //!   server-issued [`Lease`] (server-time expiry, 128-bit nonce, fencing token); the lease is the
 //!   only way to [`expire_unlock`](ExpireLock::expire_unlock) or [`renew`](ExpireLock::renew) it.
 //!   One round trip per operation, all of them atomic scripts.
+//! - **Several locks as one** ([`multi`]): [`ExpireLock::lock_many`] and its `try_`/timed
+//!   variants return one [`MultiGuard`]: one atomic script when the names share a cluster slot,
+//!   otherwise sorted order with rollback; one watchdog for all.
 //! - **Stores** ([`store`]): [`RedisStore`] on a real server and [`MemoryStore`] in process, one
 //!   [`Store`] contract, proven equal by the conformance and differential tests.
 //! - **Atomic operations** ([`script`], [`scripts`]): each a `.lua` file beside its native body,
@@ -76,6 +79,7 @@ mod lease;
 #[cfg(tairlock_loom)]
 #[doc(hidden)]
 pub mod loom_models;
+pub mod multi;
 pub mod notify;
 pub mod redlock;
 pub mod reentrant;
@@ -95,6 +99,7 @@ pub use crate::fair::FairAttempt;
 pub use crate::guard::LockGuard;
 pub use crate::keys::{Keyspace, LockKeys};
 pub use crate::lease::{Lease, new_nonce};
+pub use crate::multi::MultiGuard;
 pub use crate::redlock::{Redlock, RedlockLease, RedlockOptions};
 pub use crate::reentrant::{OwnedReentrantGuard, Owner, ReentrantGuard, ReentrantLock};
 pub use crate::replicated::{

@@ -5,8 +5,10 @@
 //!
 //! | API | owner | guard |
 //! |---|---|---|
-//! | [`ReentrantLock::blocking_lock`] | the calling thread (one map per `ReentrantLock`, via the `thread_local` crate) | [`ReentrantGuard`], `!Send`: a thread's hold must stay on that thread |
-//! | [`ReentrantLock::lock`] | an explicit [`Owner`] handle the caller creates and passes | [`OwnedReentrantGuard`], `Send` |
+//! | `blocking_lock`, `blocking_try_lock`, `blocking_try_lock_for`, `blocking_lock_with_lease`; depth: `thread_held_depth` | the calling thread (one map per `ReentrantLock`, via the `thread_local` crate) | [`ReentrantGuard`], `!Send`: a thread's hold must stay on that thread |
+//! | [`lock_as`](ReentrantLock::lock_as), `try_lock_as`, `try_lock_for_as`, `lock_with_lease_as`; depth: `held_depth` | an explicit [`Owner`] handle the caller creates and passes | [`OwnedReentrantGuard`], `Send` |
+//!
+//! Methods that take an [`Owner`] end in `_as`, as the reader/writer lock's do.
 //!
 //! Async code must not use the thread as the owner (tasks move between threads, and futures
 //! joined in one task share it), nor a task id: hence the explicit handle.
@@ -31,9 +33,11 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use thread_local::ThreadLocal;
 
@@ -142,6 +146,47 @@ impl<S: Store> ReentrantLock<S> {
         &self.locks
     }
 
+    /// The calling thread's hold on `name` if it has one: re-entered (no round trip).
+    fn thread_reenter(&self, name: &str) -> Result<Option<ReentrantGuard<S>>> {
+        let slots = self.threads.get_or(|| RefCell::new(HashMap::new()));
+        let existing = slots.borrow().get(name).cloned();
+        if let Some(slot) = existing
+            && slot.reenter()?
+        {
+            return Ok(Some(ReentrantGuard {
+                slot: Some(slot),
+                _not_send: PhantomData,
+            }));
+        }
+        Ok(None)
+    }
+
+    /// Record `guard` as the calling thread's outermost hold on `name`.
+    fn thread_hold(&self, name: &str, guard: LockGuard<S>) -> ReentrantGuard<S> {
+        let slots = self.threads.get_or(|| RefCell::new(HashMap::new()));
+        let slot = Slot::new(guard);
+        slots.borrow_mut().insert(name.to_owned(), slot.clone());
+        ReentrantGuard {
+            slot: Some(slot),
+            _not_send: PhantomData,
+        }
+    }
+
+    /// For the calling thread: re-enter `name`, or acquire it with `acquire` (blocking).
+    #[track_caller]
+    fn blocking_acquire(
+        &self,
+        name: &str,
+        what: &str,
+        acquire: impl Future<Output = Result<Option<LockGuard<S>>>>,
+    ) -> Result<Option<ReentrantGuard<S>>> {
+        if let Some(guard) = self.thread_reenter(name)? {
+            return Ok(Some(guard));
+        }
+        let guard = crate::blocking::block_on(self.locks.store().runtime(), what, acquire)?;
+        Ok(guard.map(|g| self.thread_hold(name, g)))
+    }
+
     /// Take `name` for the calling thread, waiting as [`ExpireLock::lock`] does; re-entry by the
     /// same thread returns at once without a round trip.
     ///
@@ -151,34 +196,144 @@ impl<S: Store> ReentrantLock<S> {
     ///
     /// # Panics
     ///
-    /// When called from inside an async runtime (use [`lock`](Self::lock) with an [`Owner`]).
+    /// When called from inside an async runtime (use [`lock_as`](Self::lock_as) with an
+    /// [`Owner`]).
     #[track_caller]
     pub fn blocking_lock(&self, name: &str) -> Result<ReentrantGuard<S>> {
-        let slots = self.threads.get_or(|| RefCell::new(HashMap::new()));
-        let existing = slots.borrow().get(name).cloned();
-        if let Some(slot) = existing
-            && slot.reenter()?
-        {
-            return Ok(ReentrantGuard {
-                slot: Some(slot),
-                _not_send: PhantomData,
-            });
-        }
-        let guard = self.locks.blocking_lock(name)?;
-        let slot = Slot::new(guard);
-        slots.borrow_mut().insert(name.to_owned(), slot.clone());
-        Ok(ReentrantGuard {
-            slot: Some(slot),
-            _not_send: PhantomData,
-        })
+        let locks = &self.locks;
+        let guard = self.blocking_acquire(name, "blocking_lock", async {
+            locks.lock(name).await.map(Some)
+        })?;
+        Ok(guard.expect("waiting forever ends only with the lock"))
+    }
+
+    /// Blocking, thread-keyed twin of [`try_lock_as`](Self::try_lock_as): re-entry, or one
+    /// attempt.
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_lock`](Self::blocking_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_lock(&self, name: &str) -> Result<Option<ReentrantGuard<S>>> {
+        self.blocking_acquire(name, "blocking_try_lock", self.locks.try_lock(name))
+    }
+
+    /// Blocking, thread-keyed twin of [`try_lock_for_as`](Self::try_lock_for_as).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_lock`](Self::blocking_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_lock_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<ReentrantGuard<S>>> {
+        self.blocking_acquire(
+            name,
+            "blocking_try_lock_for",
+            self.locks.try_lock_for(name, timeout),
+        )
+    }
+
+    /// Blocking, thread-keyed twin of [`lock_with_lease_as`](Self::lock_with_lease_as).
+    ///
+    /// # Errors
+    ///
+    /// As [`blocking_lock`](Self::blocking_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_lock_with_lease(
+        &self,
+        name: &str,
+        lease: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Option<ReentrantGuard<S>>> {
+        self.blocking_acquire(
+            name,
+            "blocking_lock_with_lease",
+            self.locks.lock_with_lease(name, lease, timeout),
+        )
+    }
+
+    /// How deep `owner` holds `name` through this client (0: not at all).
+    pub fn held_depth(&self, owner: &Owner, name: &str) -> usize {
+        owner
+            .with_slots::<S, _>(|slots| {
+                slots
+                    .get(&self.client)
+                    .and_then(|s| s.get(name))
+                    .map(|slot| *slot.depth.lock())
+            })
+            .unwrap_or(0)
     }
 
     /// How deep the calling thread holds `name` (0: not at all).
-    pub fn held_depth(&self, name: &str) -> usize {
+    pub fn thread_held_depth(&self, name: &str) -> usize {
         self.threads
             .get()
             .and_then(|slots| slots.borrow().get(name).map(|s| *s.depth.lock()))
             .unwrap_or(0)
+    }
+
+    /// Whether anyone (this process or another) holds `name`: [`ExpireLock::is_locked`].
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpireLock::is_locked`].
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        self.locks.is_locked(name).await
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, name: &str) -> Result<bool> {
+        self.locks.blocking_is_locked(name)
+    }
+
+    /// For `owner`: re-enter `name`, or acquire it with `acquire`.
+    async fn acquire_as(
+        &self,
+        owner: &Owner,
+        name: &str,
+        acquire: impl Future<Output = Result<Option<LockGuard<S>>>>,
+    ) -> Result<Option<OwnedReentrantGuard<S>>> {
+        // Keyed by client as well as by name (see `client`); looked up without allocating.
+        let existing = owner
+            .with_slots::<S, _>(|slots| slots.get(&self.client).and_then(|s| s.get(name)).cloned());
+        if let Some(slot) = existing
+            && slot.reenter()?
+        {
+            return Ok(Some(OwnedReentrantGuard { slot: Some(slot) }));
+        }
+        // Owners are meant to be used from one task at a time; if two futures of one owner race
+        // here, each acquires in turn (the second waits for the first's release).
+        let Some(guard) = acquire.await? else {
+            return Ok(None);
+        };
+        let slot = Slot::new(guard);
+        owner.with_slots::<S, _>(|slots| {
+            slots
+                .entry(self.client)
+                .or_default()
+                .insert(name.to_owned(), slot.clone())
+        });
+        Ok(Some(OwnedReentrantGuard { slot: Some(slot) }))
     }
 
     /// Take `name` for `owner`, waiting as [`ExpireLock::lock`] does; re-entry by the same owner
@@ -191,26 +346,77 @@ impl<S: Store> ReentrantLock<S> {
     /// # Cancel safety
     ///
     /// As [`ExpireLock::lock`]; a cancelled re-entry changes nothing.
-    pub async fn lock(&self, owner: &Owner, name: &str) -> Result<OwnedReentrantGuard<S>> {
-        // Keyed by client as well as by name (see `client`); looked up without allocating.
-        let existing = owner
-            .with_slots::<S, _>(|slots| slots.get(&self.client).and_then(|s| s.get(name)).cloned());
-        if let Some(slot) = existing
-            && slot.reenter()?
-        {
-            return Ok(OwnedReentrantGuard { slot: Some(slot) });
-        }
-        // Owners are meant to be used from one task at a time; if two futures of one owner race
-        // here, each acquires in turn (the second waits for the first's release).
-        let guard = self.locks.lock(name).await?;
-        let slot = Slot::new(guard);
-        owner.with_slots::<S, _>(|slots| {
-            slots
-                .entry(self.client)
-                .or_default()
-                .insert(name.to_owned(), slot.clone())
-        });
-        Ok(OwnedReentrantGuard { slot: Some(slot) })
+    pub async fn lock_as(&self, owner: &Owner, name: &str) -> Result<OwnedReentrantGuard<S>> {
+        let guard = self
+            .acquire_as(owner, name, async { self.locks.lock(name).await.map(Some) })
+            .await?;
+        Ok(guard.expect("waiting forever ends only with the lock"))
+    }
+
+    /// Re-enter `name` for `owner` (no round trip), or make one attempt: `None` if someone else
+    /// holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpireLock::try_lock`]; [`ErrorKind::LeaseLost`] on re-entry after the lease was
+    /// lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_as`](Self::lock_as).
+    pub async fn try_lock_as(
+        &self,
+        owner: &Owner,
+        name: &str,
+    ) -> Result<Option<OwnedReentrantGuard<S>>> {
+        self.acquire_as(owner, name, self.locks.try_lock(name))
+            .await
+    }
+
+    /// Re-enter `name` for `owner`, or wait up to `timeout` for it: `None` if it did not come
+    /// free in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_as`](Self::try_lock_as).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_as`](Self::lock_as).
+    pub async fn try_lock_for_as(
+        &self,
+        owner: &Owner,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Option<OwnedReentrantGuard<S>>> {
+        self.acquire_as(owner, name, self.locks.try_lock_for(name, timeout))
+            .await
+    }
+
+    /// Re-enter `name` for `owner`, or wait up to `timeout` (forever if `None`) for it with a
+    /// fixed `lease` and no watchdog ([`ExpireLock::lock_with_lease`]). A re-entry keeps the
+    /// outermost hold's lease: `lease` applies only to a new hold.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_as`](Self::try_lock_as).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`lock_as`](Self::lock_as).
+    pub async fn lock_with_lease_as(
+        &self,
+        owner: &Owner,
+        name: &str,
+        lease: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Option<OwnedReentrantGuard<S>>> {
+        self.acquire_as(
+            owner,
+            name,
+            self.locks.lock_with_lease(name, lease, timeout),
+        )
+        .await
     }
 }
 
@@ -275,7 +481,7 @@ impl<S: Store> Drop for ReentrantGuard<S> {
 }
 
 /// The owner of reentrant holds in async code: create one per logical owner (a request, a job)
-/// and pass it to [`ReentrantLock::lock`]. Clones are the same owner.
+/// and pass it to [`ReentrantLock::lock_as`]. Clones are the same owner.
 #[derive(Clone)]
 pub struct Owner {
     id: u64,
@@ -374,5 +580,22 @@ impl<S: Store> Drop for OwnedReentrantGuard<S> {
         if let Some(slot) = self.slot.take() {
             drop(slot.exit());
         }
+    }
+}
+
+impl<S: Store> OwnedReentrantGuard<S> {
+    /// Blocking twin of [`release`](Self::release).
+    ///
+    /// # Errors
+    ///
+    /// As [`release`](Self::release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release(mut self) -> Result<Option<Unlock>> {
+        let last = self.slot.take().and_then(|slot| slot.exit());
+        last.map(LockGuard::blocking_release).transpose()
     }
 }

@@ -550,3 +550,91 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
         }
     }
 }
+
+impl<S: ReplicaStore> ReplicatedLock<S> {
+    /// Blocking twin of [`acquire`](Self::acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_acquire(&self, name: &str, ttl: Duration) -> Result<ReplicatedAcquire> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_acquire",
+            self.acquire(name, ttl),
+        )
+    }
+
+    /// Blocking twin of [`renew`](Self::renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_renew(
+        &self,
+        name: &str,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<ReplicatedRenew> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_renew",
+            self.renew(name, lease, ttl),
+        )
+    }
+
+    /// Blocking twin of [`release`](Self::release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release(&self, name: &str, lease: &Lease) -> Result<ReplicatedRelease> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_release",
+            self.release(name, lease),
+        )
+    }
+
+    /// Blocking twin of [`try_lock`](Self::try_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_lock(
+        &self,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<std::result::Result<ReplicatedGuard<S>, ReplicatedAcquire>> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_try_lock",
+            self.try_lock(name, ttl),
+        )
+    }
+}
+
+impl<S: ReplicaStore> ReplicatedLock<S> {
+    /// Whether `name` is held, as the master sees it ([`ExpireLock::is_locked`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ExpireLock::is_locked`].
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        self.locks().is_locked(name).await
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, name: &str) -> Result<bool> {
+        self.locks().blocking_is_locked(name)
+    }
+}

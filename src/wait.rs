@@ -118,7 +118,7 @@ async fn pause(give_up: Instant) -> bool {
 }
 
 impl<S: Store> ExpireLock<S> {
-    async fn acquire_lease(
+    pub(crate) async fn acquire_lease(
         &self,
         name: &str,
         ttl: Duration,
@@ -323,6 +323,64 @@ impl<S: Store> ExpireLock<S> {
             self.store().runtime(),
             "blocking_try_lock_for",
             self.try_lock_for(name, timeout),
+        )
+    }
+}
+
+impl<S: Store> ExpireLock<S> {
+    /// Blocking twin of [`try_lock`](Self::try_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_lock(&self, name: &str) -> Result<Option<LockGuard<S>>> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_try_lock",
+            self.try_lock(name),
+        )
+    }
+
+    /// Blocking twin of [`lock_with_lease`](Self::lock_with_lease).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_lock_with_lease(
+        &self,
+        name: &str,
+        lease: Duration,
+        timeout: Option<Duration>,
+    ) -> Result<Option<LockGuard<S>>> {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_lock_with_lease",
+            self.lock_with_lease(name, lease, timeout),
+        )
+    }
+
+    /// Blocking twin of [`with_lock`](Self::with_lock): the critical section is the same
+    /// future, run on the store's runtime, and stopped the same way when the lease is lost.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_lock`](Self::with_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_with_lock<T, F, Fut>(&self, name: &str, critical: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        crate::blocking::block_on(
+            self.store().runtime(),
+            "blocking_with_lock",
+            self.with_lock(name, critical),
         )
     }
 }

@@ -346,7 +346,7 @@ fn operations() -> Vec<(&'static str, Op)> {
                 let r = Redlock::new(vec![s.clone(), s.clone(), s], RedlockOptions::default())?;
                 match r.try_acquire("k", TTL).await? {
                     Some(lease) => {
-                        let extended = r.extend(&lease, TTL).await;
+                        let extended = r.renew(&lease, TTL).await;
                         let released = r.release(&lease).await;
                         Ok::<_, tairlock::Error>(format!("{extended:?} {released}"))
                     }

@@ -49,7 +49,7 @@ async fn kill_minority_then_majority(n: usize) {
     // Not in time is `None`, as for every lock kind.
     assert!(b.acquire("job", TTL, TIMEOUT).await.unwrap().is_none());
     let extended = a
-        .extend(&lease, TTL)
+        .renew(&lease, TTL)
         .await
         .unwrap()
         .expect("extend on a majority");

@@ -92,13 +92,13 @@ fn reentry_costs_zero_round_trips_for_a_thread() {
         RedisStore::blocking_connect(&server.url()).unwrap(),
     ));
     let outer = locks.blocking_lock("r").unwrap();
-    assert_eq!(locks.held_depth("r"), 1);
+    assert_eq!(locks.thread_held_depth("r"), 1);
 
     reset_stats(&server);
     let mut inner = Vec::with_capacity(REENTRIES);
     for i in 0..REENTRIES {
         inner.push(locks.blocking_lock("r").unwrap());
-        assert_eq!(locks.held_depth("r"), i + 2);
+        assert_eq!(locks.thread_held_depth("r"), i + 2);
     }
     assert!(inner.iter().all(|g| g.fence() == outer.fence()));
     while let Some(guard) = inner.pop() {
@@ -109,9 +109,9 @@ fn reentry_costs_zero_round_trips_for_a_thread() {
         sent.is_empty(),
         "{REENTRIES} re-entries and inner releases sent commands: {sent:?}"
     );
-    assert_eq!(locks.held_depth("r"), 1);
+    assert_eq!(locks.thread_held_depth("r"), 1);
     assert_eq!(outer.release().unwrap(), Some(Unlock::Released));
-    assert_eq!(locks.held_depth("r"), 0);
+    assert_eq!(locks.thread_held_depth("r"), 0);
     assert_eq!(pttl(&server, "r"), -2);
     println!("commands for {REENTRIES} re-entries: {}", sent.len());
 }
@@ -122,11 +122,11 @@ async fn reentry_costs_zero_round_trips_for_an_owner() {
     let server = RedisServer::start();
     let locks = ReentrantLock::new(ExpireLock::new(server.store().await));
     let owner = Owner::new();
-    let outer = locks.lock(&owner, "r").await.unwrap();
+    let outer = locks.lock_as(&owner, "r").await.unwrap();
     reset_stats(&server);
     let mut inner = Vec::with_capacity(REENTRIES);
     for _ in 0..REENTRIES {
-        inner.push(locks.lock(&owner, "r").await.unwrap());
+        inner.push(locks.lock_as(&owner, "r").await.unwrap());
     }
     for guard in inner {
         assert_eq!(guard.release().await.unwrap(), None);
@@ -154,7 +154,7 @@ fn reentry_time_is_measured() {
         drop(inner);
     }
     let per = start.elapsed() / N;
-    assert_eq!(locks.held_depth("hot"), 1);
+    assert_eq!(locks.thread_held_depth("hot"), 1);
     println!(
         "thread re-entry + inner drop: {} ns each ({N} runs)",
         per.as_nanos()
@@ -166,10 +166,10 @@ fn reentry_time_is_measured() {
         .unwrap();
     rt.block_on(async {
         let owner = Owner::new();
-        let outer = locks.lock(&owner, "hot2").await.unwrap();
+        let outer = locks.lock_as(&owner, "hot2").await.unwrap();
         let start = Instant::now();
         for _ in 0..N {
-            let inner = locks.lock(&owner, "hot2").await.unwrap();
+            let inner = locks.lock_as(&owner, "hot2").await.unwrap();
             std::hint::black_box(&inner);
             drop(inner);
         }
@@ -193,26 +193,26 @@ fn only_the_outermost_guard_frees_the_lock() {
     let a = locks.blocking_lock("d").unwrap();
     let b = locks.blocking_lock("d").unwrap();
     let c = locks.blocking_lock("d").unwrap();
-    assert_eq!(locks.held_depth("d"), 3);
+    assert_eq!(locks.thread_held_depth("d"), 3);
     assert_eq!(c.release().unwrap(), None);
-    assert_eq!(locks.held_depth("d"), 2);
+    assert_eq!(locks.thread_held_depth("d"), 2);
     assert!(pttl(&server, "d") > 0);
     assert_eq!(b.release().unwrap(), None);
-    assert_eq!(locks.held_depth("d"), 1);
+    assert_eq!(locks.thread_held_depth("d"), 1);
     assert!(pttl(&server, "d") > 0, "one level is still held");
     assert_eq!(a.release().unwrap(), Some(Unlock::Released));
-    assert_eq!(locks.held_depth("d"), 0);
+    assert_eq!(locks.thread_held_depth("d"), 0);
     assert_eq!(pttl(&server, "d"), -2);
 
     // Out of order, by drop: whichever guard goes last frees it.
     let first = locks.blocking_lock("d").unwrap();
     let second = locks.blocking_lock("d").unwrap();
     drop(first);
-    assert_eq!(locks.held_depth("d"), 1);
+    assert_eq!(locks.thread_held_depth("d"), 1);
     std::thread::sleep(Duration::from_millis(50));
     assert!(pttl(&server, "d") > 0, "the second level still holds it");
     drop(second);
-    assert_eq!(locks.held_depth("d"), 0);
+    assert_eq!(locks.thread_held_depth("d"), 0);
     wait_gone_blocking(&server, "d", Duration::from_secs(2));
 
     // A new hold after the last release goes to the server again (a new fence).
@@ -263,20 +263,20 @@ async fn two_owners_contend_and_the_same_owner_reenters() {
     let (alice, bob) = (Owner::new(), Owner::new());
     assert_ne!(alice.id(), bob.id());
 
-    let a1 = locks.lock(&alice, "o").await.unwrap();
-    let a2 = locks.lock(&alice, "o").await.unwrap();
+    let a1 = locks.lock_as(&alice, "o").await.unwrap();
+    let a2 = locks.lock_as(&alice, "o").await.unwrap();
     assert_eq!(a1.fence(), a2.fence());
     // A clone of an owner is the same owner.
-    let a3 = locks.lock(&alice.clone(), "o").await.unwrap();
+    let a3 = locks.lock_as(&alice.clone(), "o").await.unwrap();
 
     // Bob waits: Alice holds it, three levels deep.
-    let waited = tokio::time::timeout(Duration::from_millis(200), locks.lock(&bob, "o")).await;
+    let waited = tokio::time::timeout(Duration::from_millis(200), locks.lock_as(&bob, "o")).await;
     assert!(waited.is_err(), "bob entered while alice holds the lock");
     let bob_waits = {
         let locks = locks.clone();
         let bob = bob.clone();
         tokio::spawn(async move {
-            let guard = locks.lock(&bob, "o").await.unwrap();
+            let guard = locks.lock_as(&bob, "o").await.unwrap();
             (Instant::now(), guard)
         })
     };
@@ -296,7 +296,7 @@ async fn two_owners_contend_and_the_same_owner_reenters() {
     assert!(entered >= released);
 
     // Bob re-enters, and his guard is Send: it can be released from another task.
-    let b2 = locks.lock(&bob, "o").await.unwrap();
+    let b2 = locks.lock_as(&bob, "o").await.unwrap();
     assert_eq!(b1.fence(), b2.fence());
     assert!(b1.fence() > Some(0));
     tokio::spawn(async move { b2.release().await.unwrap() })
@@ -314,21 +314,21 @@ fn threads_sharing_one_reentrant_lock_do_not_share_holds() {
     ));
     let a = locks.blocking_lock("t").unwrap();
     let _a2 = locks.blocking_lock("t").unwrap();
-    assert_eq!(locks.held_depth("t"), 2);
+    assert_eq!(locks.thread_held_depth("t"), 2);
 
     let other = locks.clone();
     let entered = Arc::new(AtomicBool::new(false));
     let flag = entered.clone();
     let b = std::thread::spawn(move || {
         assert_eq!(
-            other.held_depth("t"),
+            other.thread_held_depth("t"),
             0,
             "another thread's hold is not mine"
         );
         let guard = other.blocking_lock("t").unwrap();
         flag.store(true, Ordering::SeqCst);
         let at = Instant::now();
-        assert_eq!(other.held_depth("t"), 1);
+        assert_eq!(other.thread_held_depth("t"), 1);
         let fence = guard.fence();
         assert_eq!(guard.release().unwrap(), Some(Unlock::Released));
         (at, fence)
@@ -338,7 +338,11 @@ fn threads_sharing_one_reentrant_lock_do_not_share_holds() {
         !entered.load(Ordering::SeqCst),
         "thread b entered while thread a holds the lock"
     );
-    assert_eq!(locks.held_depth("t"), 2, "b's wait did not touch a's depth");
+    assert_eq!(
+        locks.thread_held_depth("t"),
+        2,
+        "b's wait did not touch a's depth"
+    );
     drop(_a2);
     std::thread::sleep(Duration::from_millis(100));
     assert!(!entered.load(Ordering::SeqCst));
@@ -348,7 +352,7 @@ fn threads_sharing_one_reentrant_lock_do_not_share_holds() {
     let (b_entered, b_fence) = b.join().expect("thread b");
     assert!(b_entered >= released);
     assert!(b_fence > a_fence, "b got its own hold with a new fence");
-    assert_eq!(locks.held_depth("t"), 0);
+    assert_eq!(locks.thread_held_depth("t"), 0);
 }
 
 /// A short watchdog lease, and the server paused past it: the lease's local deadline passes,
@@ -380,12 +384,12 @@ fn reentry_after_the_local_deadline_is_refused() {
     );
     assert!(outer.is_lost());
     assert_eq!(
-        locks.held_depth("l"),
+        locks.thread_held_depth("l"),
         1,
         "a refused re-entry changes no depth"
     );
     drop(outer);
-    assert_eq!(locks.held_depth("l"), 0);
+    assert_eq!(locks.thread_held_depth("l"), 0);
 }
 
 /// The key deleted behind the holder's back: the watchdog's next renewal finds it gone, and
@@ -426,14 +430,17 @@ fn reentry_after_the_lease_was_found_gone_is_refused() {
             Options::default().watchdog_lease(lease),
         ));
         let owner = Owner::new();
-        let outer = locks.lock(&owner, "g").await.unwrap();
+        let outer = locks.lock_as(&owner, "g").await.unwrap();
         assert_eq!(server.cli(&["DEL", &key("g")]), "1");
         tokio::time::sleep(lease / 3 + Duration::from_millis(80)).await;
-        let refused = locks.lock(&owner, "g").await.expect_err("owner re-entry");
+        let refused = locks
+            .lock_as(&owner, "g")
+            .await
+            .expect_err("owner re-entry");
         assert_eq!(refused.kind(), ErrorKind::LeaseLost);
         assert!(outer.is_lost());
         assert_eq!(outer.release().await.unwrap(), Some(Unlock::NotHeld));
-        let again = locks.lock(&owner, "g").await.unwrap();
+        let again = locks.lock_as(&owner, "g").await.unwrap();
         assert!(!again.is_lost());
         again.release().await.unwrap();
     });
@@ -474,12 +481,12 @@ fn a_failed_final_release_leaves_no_local_ownership() {
         None,
         "an inner release needs no server"
     );
-    assert_eq!(locks.held_depth("f"), 1);
+    assert_eq!(locks.thread_held_depth("f"), 1);
     let start = Instant::now();
     let failed = outer.release().expect_err("the server is down");
     println!("final release failed after {:?}: {failed}", start.elapsed());
     assert_eq!(
-        locks.held_depth("f"),
+        locks.thread_held_depth("f"),
         0,
         "the entry does not claim the lock"
     );
@@ -515,8 +522,8 @@ async fn a_failed_final_release_leaves_no_local_ownership_for_an_owner() {
         .unwrap();
     let locks = ReentrantLock::new(ExpireLock::new(store));
     let owner = Owner::new();
-    let outer = locks.lock(&owner, "f").await.unwrap();
-    let inner = locks.lock(&owner, "f").await.unwrap();
+    let outer = locks.lock_as(&owner, "f").await.unwrap();
+    let inner = locks.lock_as(&owner, "f").await.unwrap();
     tokio::task::block_in_place(|| server.stop());
     assert_eq!(inner.release().await.unwrap(), None);
     assert!(outer.release().await.is_err(), "the server is down");
@@ -525,7 +532,7 @@ async fn a_failed_final_release_leaves_no_local_ownership_for_an_owner() {
     reset_stats(&server);
     let start = Instant::now();
     let again = loop {
-        match locks.lock(&owner, "f").await {
+        match locks.lock_as(&owner, "f").await {
             Ok(guard) => break guard,
             Err(e) if e.is_connection() && start.elapsed() < Duration::from_secs(10) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -569,7 +576,7 @@ fn a_thread_exiting_with_held_locks_does_not_panic_and_releases_them() {
             }
             let outer = r.blocking_lock("exit").unwrap();
             let inner = r.blocking_lock("exit").unwrap();
-            assert_eq!(r.held_depth("exit"), 2);
+            assert_eq!(r.thread_held_depth("exit"), 2);
             HELD_REDIS.with(|held| held.borrow_mut().extend([outer, inner]));
             let guard = m.blocking_lock("exit").unwrap();
             HELD_MEMORY.with(|held| held.borrow_mut().push(guard));
@@ -598,10 +605,10 @@ fn a_thread_exiting_with_held_locks_does_not_panic_and_releases_them() {
         for _ in 0..4 {
             let (r, m) = (redis_locks.clone(), memory_locks.clone());
             std::thread::spawn(move || {
-                assert_eq!(r.held_depth("exit"), 0);
-                assert_eq!(m.held_depth("exit"), 0);
+                assert_eq!(r.thread_held_depth("exit"), 0);
+                assert_eq!(m.thread_held_depth("exit"), 0);
                 let guard = r.blocking_lock("exit").unwrap();
-                assert_eq!(r.held_depth("exit"), 1);
+                assert_eq!(r.thread_held_depth("exit"), 1);
                 assert_eq!(guard.release().unwrap(), Some(Unlock::Released));
             })
             .join()
@@ -618,8 +625,8 @@ async fn an_owner_does_not_reenter_across_clients() {
     let on_one = ReentrantLock::new(ExpireLock::new(one.store().await));
     let on_two = ReentrantLock::new(ExpireLock::new(two.store().await));
     let owner = Owner::new();
-    let held_one = on_one.lock(&owner, "x").await.unwrap();
-    let held_two = on_two.lock(&owner, "x").await.unwrap();
+    let held_one = on_one.lock_as(&owner, "x").await.unwrap();
+    let held_two = on_two.lock_as(&owner, "x").await.unwrap();
     assert!(pttl(&one, "x") > 0);
     assert!(
         pttl(&two, "x") > 0,

@@ -207,7 +207,7 @@ async fn exercise_rwlock(store: &Recording, name: &str) {
 async fn exercise_redlock(store: &Recording, name: &str) {
     let redlock = Redlock::new(vec![store.clone()], RedlockOptions::default()).unwrap();
     let lease = redlock.try_acquire(name, LEASE).await.unwrap().unwrap();
-    let lease = redlock.extend(&lease, LEASE).await.unwrap().unwrap();
+    let lease = redlock.renew(&lease, LEASE).await.unwrap().unwrap();
     redlock.release(&lease).await;
 }
 

@@ -85,7 +85,7 @@ async fn prime<S: Store>(locks: &ExpireLock<S>) {
         .await
         .unwrap()
         .expect("free");
-    guard.extend(LEASE).await.unwrap();
+    guard.renew(LEASE).await.unwrap();
     guard.release().await.unwrap();
 }
 
@@ -198,7 +198,7 @@ async fn a_renewal_whose_reply_timed_out_keeps_the_guard() {
     assert_eq!(server.cli(&["EXISTS", &key(name)]), "0");
 }
 
-/// Item 1, `extend`: an extension whose reply timed out returns the error; the next `extend`
+/// Item 1, `renew`: an extension whose reply timed out returns the error; the next `renew`
 /// repeats it with the same nonce instead of presenting the old lease with a new one (which
 /// the server would refuse as held by another), then extends to its own length, and the hold
 /// goes on.
@@ -214,11 +214,11 @@ async fn extend_after_a_timed_out_extend_keeps_the_guard() {
         .unwrap()
         .expect("free");
     let sleeper = debug_sleep(&server, 1.5);
-    let err = guard.extend(LEASE).await.unwrap_err();
+    let err = guard.renew(LEASE).await.unwrap_err();
     assert!(err.is_unanswered(), "{err}");
     sleeper.join().unwrap();
     // Another length: the lost extension is settled first (same nonce), then this one is sent.
-    guard.extend(LEASE * 2).await.unwrap();
+    guard.renew(LEASE * 2).await.unwrap();
     assert!(!guard.is_lost());
     let pttl: u64 = server.cli(&["PTTL", &key(name)]).parse().unwrap();
     assert!(

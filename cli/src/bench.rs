@@ -641,10 +641,10 @@ pub async fn run<S: BenchStore>(
             "reentrant-reacquire" => {
                 let locks = ReentrantLock::new(locks(&store));
                 let owner = Owner::new();
-                let outer = locks.lock(&owner, "reentrant").await?;
+                let outer = locks.lock_as(&owner, "reentrant").await?;
                 let before_inner = store.commands().await;
                 let mut s = timed(d, |_| async {
-                    let inner = locks.lock(&owner, "reentrant").await?;
+                    let inner = locks.lock_as(&owner, "reentrant").await?;
                     inner.release().await?;
                     Ok(())
                 })

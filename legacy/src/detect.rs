@@ -383,6 +383,27 @@ impl<S: WatchStore> LegacyLock<S> {
     }
 }
 
+impl<S: WatchStore> LegacyLock<S> {
+    /// Blocking twin of [`detect`](Self::detect).
+    ///
+    /// # Errors
+    ///
+    /// As [`detect`](Self::detect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_detect(store: S, options: Options) -> Result<Self> {
+        let runtime = store.runtime();
+        tairlock::blocking::block_on(
+            runtime,
+            "blocking_detect",
+            LegacyLock::detect(store, options),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

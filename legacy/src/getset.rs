@@ -500,3 +500,23 @@ impl<S: Store> ReleaseAttempt<'_, S> {
         }
     }
 }
+
+impl<S: Store> GetSetLock<S> {
+    /// Blocking twin of [`release_key`](Self::release_key).
+    ///
+    /// # Errors
+    ///
+    /// As [`release_key`](Self::release_key).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release_key(&self, key: &str) -> Result<Release> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_release_key",
+            self.release_key(key),
+        )
+    }
+}

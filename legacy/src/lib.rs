@@ -85,6 +85,7 @@
 
 pub mod detect;
 pub mod getset;
+mod is_locked;
 mod options;
 pub mod scripted;
 pub mod scripts;

@@ -135,6 +135,7 @@
 mod acquire;
 mod guard;
 mod hold;
+mod is_locked;
 mod lock;
 pub mod scripts;
 #[cfg(all(test, tairlock_loom))]

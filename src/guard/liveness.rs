@@ -18,6 +18,9 @@ pub enum Renewal {
     Retry,
     /// The lease is gone, or its renewal came back too late: lost for good.
     Lost,
+    /// The bound on automatic renewal ([`Liveness::renew_until`]) is reached: renew no more.
+    /// The guard is not lost yet; it is once the lease in effect runs out.
+    Stop,
 }
 
 /// One renewal request, named by the nonce of the lease it asks for.
@@ -60,6 +63,8 @@ pub struct Liveness {
     stopped: AtomicBool,
     /// A renewal sent whose outcome is not known yet.
     pending: Mutex<Option<RenewalAttempt>>,
+    /// The bound on automatic renewal: no lease is asked to last past this instant.
+    renew_until: Mutex<Option<Instant>>,
 }
 
 impl Liveness {
@@ -72,7 +77,27 @@ impl Liveness {
             watchdog: Mutex::new(None),
             stopped: AtomicBool::new(false),
             pending: Mutex::new(None),
+            renew_until: Mutex::new(None),
         }
+    }
+
+    /// Bound automatic renewal (`Options::max_hold`): from now on a watchdog renewal asks for
+    /// no more than the time left until `until` ([`capped_ttl`](Self::capped_ttl)), and none is
+    /// sent once less than a millisecond is left, so the lease runs out at about `until` and
+    /// the guard is lost then.
+    pub fn renew_until(&self, until: Instant) {
+        *self.renew_until.lock() = Some(until);
+    }
+
+    /// The lease length a watchdog renewal should ask for instead of `ttl`: `ttl`, or the time
+    /// left before the bound set by [`renew_until`](Self::renew_until) if that is shorter;
+    /// `None` when less than a millisecond is left (renew no more: [`Renewal::Stop`]).
+    pub fn capped_ttl(&self, ttl: Duration) -> Option<Duration> {
+        let Some(until) = *self.renew_until.lock() else {
+            return Some(ttl);
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        (left >= Duration::from_millis(1)).then(|| ttl.min(left))
     }
 
     /// The local deadline of the lease in effect.
@@ -213,8 +238,10 @@ impl Liveness {
     /// Run a watchdog: every `interval`, call `renew` with the renewal lock held; after a
     /// [`Retry`](Renewal::Retry), try again after [`retry_pause`](Self::retry_pause). Returns,
     /// with the guard marked lost, once a renewal finds it [`Lost`](Renewal::Lost) or a retry
-    /// finds the deadline passed. Spawn it and hand its task to
-    /// [`set_watchdog`](Self::set_watchdog), so a release stops it.
+    /// finds the deadline passed; returns without marking it lost on [`Stop`](Renewal::Stop)
+    /// (the bound on renewal is reached: the deadline of the lease in effect then marks it).
+    /// Spawn it and hand its task to [`set_watchdog`](Self::set_watchdog), so a release stops
+    /// it.
     pub async fn watchdog<F, Fut>(&self, interval: Duration, mut renew: F)
     where
         F: FnMut() -> Fut,
@@ -236,6 +263,7 @@ impl Liveness {
                     self.mark_lost();
                     return;
                 }
+                Renewal::Stop => return,
             }
         }
     }
@@ -317,6 +345,22 @@ mod tests {
         assert_ne!(fresh.nonce, first.nonce);
         live.renewal_outcome::<()>(&Err(crate::Error::from_reply("ERR", "refused")));
         assert_eq!(live.pending_renewal(), None, "an answer settles it");
+    }
+
+    #[tokio::test]
+    async fn renewal_is_capped_by_the_bound_and_stops_at_it() {
+        let live = Liveness::new(None);
+        let ttl = Duration::from_secs(30);
+        assert_eq!(live.capped_ttl(ttl), Some(ttl));
+        live.renew_until(Instant::now() + Duration::from_secs(10));
+        let capped = live.capped_ttl(ttl).unwrap();
+        assert!(capped <= Duration::from_secs(10) && capped > Duration::from_secs(5));
+        live.renew_until(Instant::now());
+        assert_eq!(live.capped_ttl(ttl), None);
+        assert!(
+            !live.is_lost(),
+            "reaching the bound is not a loss by itself"
+        );
     }
 
     #[test]

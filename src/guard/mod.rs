@@ -81,7 +81,11 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
     shared
         .live
         .watchdog(shared.ttl / 3, || async move {
-            match shared.renew(shared.ttl).await.1 {
+            // Past `Options::max_hold`, renew no more; before it, never past it.
+            let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
+                return Renewal::Stop;
+            };
+            match shared.renew(ttl).await.1 {
                 Ok(Renew::Renewed(lease)) => shared.adopt(lease),
                 Ok(Renew::NotHeld | Renew::HeldByOther) => Renewal::Lost,
                 // No answer: repeated with the same nonce until one comes or the deadline
@@ -132,6 +136,11 @@ impl<S: Store> LockGuard<S> {
             renews: watchdog_on,
         });
         if watchdog_on {
+            if let Some(max_hold) = shared.locks.options().max_hold {
+                shared
+                    .live
+                    .renew_until(tokio::time::Instant::now() + max_hold);
+            }
             let handle = crate::blocking::spawn_handle(shared.locks.store().runtime())
                 .spawn(watchdog(shared.clone()))
                 .abort_handle();
@@ -186,15 +195,15 @@ impl<S: Store> LockGuard<S> {
     ///
     /// [`ErrorKind::LeaseLost`] when the lease is gone; store errors. When no reply came
     /// ([`Error::is_unanswered`]) the extension may have been applied: the guard is not lost by
-    /// it, and the next `extend` (or watchdog renewal) repeats it with the same nonce, which
+    /// it, and the next `renew` (or watchdog renewal) repeats it with the same nonce, which
     /// finds it applied if it was (a renewal whose reply was lost is settled first, at its own
     /// length, before one of another length is sent).
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+    pub async fn renew(&self, ttl: Duration) -> Result<()> {
         let _in_flight = self.shared.live.renewing().await;
         loop {
             match self.shared.renew(ttl).await {
                 (asked, Ok(Renew::Renewed(lease))) => {
-                    // `extend` reports the renewal as done even after the old deadline;
+                    // `renew` reports the renewal as done even after the old deadline;
                     // `is_lost` already said so if it was asked meanwhile.
                     let _ = self.shared.adopt(lease);
                     if asked == ttl {
@@ -228,6 +237,20 @@ impl<S: Store> LockGuard<S> {
     pub async fn release(mut self) -> Result<Unlock> {
         self.armed = false;
         self.shared.release().await
+    }
+
+    /// Blocking twin of [`renew`](Self::renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_renew(&self, ttl: Duration) -> Result<()> {
+        crate::blocking::block_on(
+            self.shared.locks.store().runtime(),
+            "blocking_renew",
+            self.renew(ttl),
+        )
     }
 
     /// Blocking twin of [`release`](Self::release).

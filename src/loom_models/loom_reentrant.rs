@@ -1,6 +1,6 @@
 //! The reentrancy map: local hold counts against the server, over every interleaving.
 //!
-//! [`ReentrantLock::lock`](crate::ReentrantLock::lock) waits with timers and its guards start
+//! [`ReentrantLock::lock_as`](crate::ReentrantLock::lock_as) waits with timers and its guards start
 //! a watchdog task, both of which need a tokio runtime that cannot run inside a model. So the
 //! model drives the map's real parts — an [`Owner`]'s slot map ([`Owner::with_slots`]), and
 //! [`Slot::reenter`]/[`Slot::exit`] on real [`LockGuard`]s without a watchdog — through the
@@ -51,7 +51,7 @@ struct Cx {
 }
 
 impl Cx {
-    /// `ReentrantLock::lock`, with one attempt instead of a wait.
+    /// `ReentrantLock::lock_as`, with one attempt instead of a wait.
     fn enter(&self, owner: &Owner) -> Option<Hold> {
         let existing = owner.with_slots::<MemoryStore, _>(|slots| {
             slots.get(&CLIENT).and_then(|s| s.get(NAME)).cloned()

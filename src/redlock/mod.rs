@@ -12,7 +12,7 @@
 //!    reply may have been lost after the write), wait a random delay, and retry until the
 //!    caller's timeout (then [`acquire`](Redlock::acquire) returns `Ok(None)`, as every lock
 //!    kind does when its patience runs out);
-//! 4. [`extend`](Redlock::extend) moves the TTL only where the value is still ours and counts only
+//! 4. [`renew`](Redlock::renew) moves the TTL only where the value is still ours and counts only
 //!    when a majority did so within the new validity; [`release`](Redlock::release) deletes
 //!    where the value is still ours, on all servers.
 //!
@@ -359,11 +359,7 @@ impl<S: Store> Redlock<S> {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad TTL.
-    pub async fn extend(
-        &self,
-        lease: &RedlockLease,
-        ttl: Duration,
-    ) -> Result<Option<RedlockLease>> {
+    pub async fn renew(&self, lease: &RedlockLease, ttl: Duration) -> Result<Option<RedlockLease>> {
         let ttl_ms = crate::expire_lock::ttl_ms(ttl)?;
         let start = Instant::now();
         let extended = self
@@ -409,5 +405,112 @@ impl<S: Store> Redlock<S> {
         .into_iter()
         .filter(|ok| *ok)
         .count()
+    }
+}
+
+impl<S: Store> Redlock<S> {
+    /// Blocking twin of [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_acquire(&self, name: &str, ttl: Duration) -> Result<Option<RedlockLease>> {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_try_acquire",
+            self.try_acquire(name, ttl),
+        )
+    }
+
+    /// Blocking twin of [`acquire`](Self::acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_acquire(
+        &self,
+        name: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Option<RedlockLease>> {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_acquire",
+            self.acquire(name, ttl, timeout),
+        )
+    }
+
+    /// Blocking twin of [`renew`](Self::renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_renew(
+        &self,
+        lease: &RedlockLease,
+        ttl: Duration,
+    ) -> Result<Option<RedlockLease>> {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_renew",
+            self.renew(lease, ttl),
+        )
+    }
+
+    /// Blocking twin of [`release`](Self::release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release(&self, lease: &RedlockLease) -> usize {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_release",
+            self.release(lease),
+        )
+    }
+}
+
+impl<S: Store> Redlock<S> {
+    /// Whether `name` is held: a majority of the servers have its key (a server that does not
+    /// answer within the server timeout counts as not having it).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad name.
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        let key = self.options.keyspace.key(name, ":redlock")?;
+        let holding = join_all(self.servers.iter().map(|s| {
+            let key = &key;
+            async move {
+                matches!(
+                    tokio::time::timeout(self.options.server_timeout, s.get(key)).await,
+                    Ok(Ok(Some(_)))
+                )
+            }
+        }))
+        .await
+        .into_iter()
+        .filter(|held| *held)
+        .count();
+        Ok(holding >= self.quorum())
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, name: &str) -> Result<bool> {
+        crate::blocking::block_on(
+            self.servers.first().and_then(Store::runtime),
+            "blocking_is_locked",
+            self.is_locked(name),
+        )
     }
 }

@@ -246,3 +246,16 @@ impl<S: ReplicaStore> Drop for ReplicatedGuard<S> {
         );
     }
 }
+
+impl<S: ReplicaStore> ReplicatedGuard<S> {
+    /// Blocking twin of [`release`](Self::release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release(self) -> Result<ReplicatedRelease> {
+        let runtime = self.shared.lock.locks().store().runtime();
+        crate::blocking::block_on(runtime, "blocking_release", self.release())
+    }
+}

@@ -7,6 +7,7 @@
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
 //! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
+//! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, ...}` / `{0, i, holder, pttl}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
 //! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
 //!
@@ -14,7 +15,8 @@
 //! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
 //!
 //! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key
-//! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`).
+//! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`), except [`LOCK_MANY`]:
+//! O(the number of locks it is given).
 
 mod expire_lock;
 mod expire_unlock;
@@ -22,6 +24,7 @@ mod fair;
 mod force_unlock;
 mod format;
 mod inspect;
+mod lock_many;
 mod renew;
 
 pub use self::expire_lock::EXPIRE_LOCK;
@@ -30,12 +33,16 @@ pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
 pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence};
 pub use self::inspect::INSPECT;
+pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;
 
 use crate::script::Script;
 
 /// The fair mode's scripts ([`Options::fair`](crate::Options::fair)).
 pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
+
+/// The multi-lock's script ([`ExpireLock::lock_many`](crate::ExpireLock::lock_many)).
+pub static MULTI: [&Script; 1] = [&LOCK_MANY];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [

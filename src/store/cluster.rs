@@ -105,6 +105,8 @@ pub struct ClusterStore {
     notifier: std::sync::Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
     /// The application's settings, applied to every cluster client the store builds.
     customize: Option<Customize>,
+    /// The runtime a [`blocking_connect`](Self::blocking_connect)ed store owns.
+    owned: Option<std::sync::Arc<tokio::runtime::Runtime>>,
 }
 
 /// See [`ClusterStore::connect_customized`].
@@ -244,7 +246,48 @@ impl ClusterStore {
             pubsub,
             notifier: Default::default(),
             customize,
+            owned: None,
         })
+    }
+
+    /// Blocking twin of [`connect`](Self::connect): the store owns a small multi-thread runtime
+    /// (one worker) that drives its connections, as
+    /// [`RedisStore::blocking_connect`](crate::RedisStore::blocking_connect)'s does.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_connect<S: AsRef<str>>(urls: &[S]) -> Result<Self> {
+        ClusterStore::blocking_connect_with(urls, ClusterOptions::default())
+    }
+
+    /// Blocking twin of [`connect_with`](Self::connect_with).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_connect_with<S: AsRef<str>>(
+        urls: &[S],
+        options: ClusterOptions,
+    ) -> Result<Self> {
+        let runtime = super::redis::owned_runtime()?;
+        let mut store = crate::blocking::block_on(
+            Some(runtime.handle().clone()),
+            "ClusterStore::blocking_connect",
+            ClusterStore::connect_with(urls, options),
+        )?;
+        store.owned = Some(runtime);
+        Ok(store)
     }
 
     /// The seed URLs, with any password removed.
@@ -485,5 +528,43 @@ impl ClusterStore {
         redis::Client::open(info).map_err(|e| {
             Error::invalid(format!("cannot make a client for node {host}:{port}: {e}"))
         })
+    }
+}
+
+impl ClusterStore {
+    /// Blocking twin of [`command`](Self::command).
+    ///
+    /// # Errors
+    ///
+    /// As [`command`](Self::command).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_command",
+            self.command(cmd),
+        )
+    }
+
+    /// Blocking twin of [`preload`](Self::preload).
+    ///
+    /// # Errors
+    ///
+    /// As [`preload`](Self::preload).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_preload(&self, scripts: &[&'static Script]) -> Result<()> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_preload",
+            self.preload(scripts),
+        )
     }
 }

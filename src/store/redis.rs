@@ -215,22 +215,26 @@ impl RedisStore {
     /// When called from inside an async runtime (use [`connect`](Self::connect) there).
     #[track_caller]
     pub fn blocking_connect(url: &str) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("tairlock-io")
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::new(
-                    crate::ErrorKind::Connection,
-                    format!("cannot start the I/O runtime: {e}"),
-                )
-            })?;
-        let runtime = std::sync::Arc::new(runtime);
+        RedisStore::blocking_connect_with(url, RedisOptions::default())
+    }
+
+    /// Blocking twin of [`connect_with`](Self::connect_with), with its own runtime as
+    /// [`blocking_connect`](Self::blocking_connect).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let runtime = owned_runtime()?;
         let mut store = crate::blocking::block_on(
             Some(runtime.handle().clone()),
             "RedisStore::blocking_connect",
-            RedisStore::connect(url),
+            RedisStore::connect_with(url, options),
         )?;
         store.owned = Some(runtime);
         Ok(store)
@@ -447,6 +451,87 @@ impl ReplicaStore for RedisStore {
         let result = super::run_wait_pipeline(&mut con, pipe, &wait).await;
         self.after(result).await
     }
+}
+
+impl RedisStore {
+    /// Blocking twin of [`command`](Self::command).
+    ///
+    /// # Errors
+    ///
+    /// As [`command`](Self::command).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_command",
+            self.command(cmd),
+        )
+    }
+
+    /// Blocking twin of [`preload`](Self::preload).
+    ///
+    /// # Errors
+    ///
+    /// As [`preload`](Self::preload).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_preload(&self, scripts: &[&'static Script]) -> Result<()> {
+        crate::blocking::block_on(
+            crate::Store::runtime(self),
+            "blocking_preload",
+            self.preload(scripts),
+        )
+    }
+
+    /// Blocking twin of [`connect_sentinel`](Self::connect_sentinel), with its own runtime as
+    /// [`blocking_connect`](Self::blocking_connect) (the Sentinel watch runs on it).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_sentinel`](Self::connect_sentinel).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[cfg(feature = "sentinel")]
+    #[track_caller]
+    pub fn blocking_connect_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: super::sentinel::SentinelOptions,
+    ) -> Result<Self> {
+        let runtime = owned_runtime()?;
+        let mut store = crate::blocking::block_on(
+            Some(runtime.handle().clone()),
+            "RedisStore::blocking_connect_sentinel",
+            RedisStore::connect_sentinel(sentinels, master, options),
+        )?;
+        store.owned = Some(runtime);
+        Ok(store)
+    }
+}
+
+/// The small multi-thread runtime (one worker) a store made by a `blocking_connect` owns.
+pub(crate) fn owned_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("tairlock-io")
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(|e| {
+            Error::new(
+                crate::ErrorKind::Connection,
+                format!("cannot start the I/O runtime: {e}"),
+            )
+        })
 }
 
 #[cfg(test)]

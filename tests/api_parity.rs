@@ -1,0 +1,254 @@
+//! The same API on every lock kind (issue #16, part 3), on a real server:
+//!
+//! - `ReentrantLock`: `try_lock_as`, `try_lock_for_as`, `lock_with_lease_as` (and their
+//!   thread-keyed blocking twins) re-enter without a round trip and otherwise behave like the
+//!   expire lock's; `held_depth(owner, name)` counts an owner's holds.
+//! - `is_locked(name)` on every kind: expire lock, reentrant, replicated, RwLock, Redlock, the three
+//!   legacy kinds (and the detected one); a key holding user data is an error.
+//! - A few blocking twins from a plain thread: `blocking_try_lock`, `blocking_with_lock`,
+//!   `blocking_lock_with_lease`, `blocking_renew`, the multi-lock's, `blocking_is_locked`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::RedisServer;
+use tairlock::store::WaitFor;
+use tairlock::{
+    ErrorKind, ExpireLock, Options, Owner, RedisStore, Redlock, RedlockOptions, ReentrantLock,
+    ReplicatedLock, Unlock,
+};
+use tairlock_legacy::{GetSetLock, LegacyLock, ScriptedLock, TryAcquire, WatchLock};
+
+#[tokio::test]
+async fn reentrant_try_timed_and_fixed_lease_variants_and_owner_depth() {
+    let server = RedisServer::start();
+    let locks = ReentrantLock::new(ExpireLock::new(server.store().await));
+    let (alice, bob) = (Owner::new(), Owner::new());
+    let outer = locks.try_lock_as(&alice, "r").await.unwrap().expect("free");
+    assert_eq!(locks.held_depth(&alice, "r"), 1);
+    let inner = locks
+        .try_lock_for_as(&alice, "r", Duration::from_millis(10))
+        .await
+        .unwrap()
+        .expect("re-entry");
+    let lease_inner = locks
+        .lock_with_lease_as(&alice, "r", Duration::from_millis(50), Some(Duration::ZERO))
+        .await
+        .unwrap()
+        .expect("re-entry keeps the outer lease");
+    assert_eq!(locks.held_depth(&alice, "r"), 3);
+    assert_eq!(locks.held_depth(&bob, "r"), 0);
+    assert!(locks.try_lock_as(&bob, "r").await.unwrap().is_none());
+    let started = Instant::now();
+    assert!(
+        locks
+            .try_lock_for_as(&bob, "r", Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert!(
+        locks
+            .lock_with_lease_as(
+                &bob,
+                "r",
+                Duration::from_secs(1),
+                Some(Duration::from_millis(100))
+            )
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(locks.is_locked("r").await.unwrap());
+    assert_eq!(lease_inner.release().await.unwrap(), None);
+    assert_eq!(inner.release().await.unwrap(), None);
+    assert_eq!(locks.held_depth(&alice, "r"), 1);
+    assert_eq!(outer.release().await.unwrap(), Some(Unlock::Released));
+    assert_eq!(locks.held_depth(&alice, "r"), 0);
+    assert!(!locks.is_locked("r").await.unwrap());
+    // A fixed lease: no watchdog, the key expires with it.
+    let fixed = locks
+        .lock_with_lease_as(&bob, "r", Duration::from_millis(300), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(locks.held_depth(&bob, "r"), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(fixed.is_lost());
+    assert!(
+        !locks.is_locked("r").await.unwrap(),
+        "a fixed lease was renewed"
+    );
+    let refused = locks.try_lock_as(&bob, "r").await.unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        ErrorKind::LeaseLost,
+        "re-entry after the loss"
+    );
+    drop(fixed);
+    assert!(locks.try_lock_as(&bob, "r").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn is_locked_on_every_lock_kind() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let lease = Duration::from_secs(10);
+
+    let expire = ExpireLock::new(store.clone());
+    assert!(!expire.is_locked("e").await.unwrap());
+    let guard = expire.lock("e").await.unwrap();
+    assert!(expire.is_locked("e").await.unwrap());
+    guard.release().await.unwrap();
+    assert!(!expire.is_locked("e").await.unwrap());
+
+    let reentrant = ReentrantLock::new(expire.clone());
+    let owner = Owner::new();
+    let held = reentrant.lock_as(&owner, "e").await.unwrap();
+    assert!(reentrant.is_locked("e").await.unwrap());
+    held.release().await.unwrap();
+    assert!(!reentrant.is_locked("e").await.unwrap());
+
+    let replicated = ReplicatedLock::new(
+        expire.clone(),
+        WaitFor::replicas(0, Duration::from_millis(100)),
+    );
+    let taken = replicated
+        .acquire("p", lease)
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(replicated.is_locked("p").await.unwrap());
+    replicated.release("p", &taken).await.unwrap();
+    assert!(!replicated.is_locked("p").await.unwrap());
+
+    let rw = tairlock_rwlock::RwLock::new(store.clone());
+    assert!(!rw.is_locked("doc").await.unwrap());
+    let reader = rw.read("doc").await.unwrap();
+    assert!(rw.is_locked("doc").await.unwrap());
+    reader.release().await.unwrap();
+    assert!(!rw.is_locked("doc").await.unwrap());
+    let writer = rw.write("doc").await.unwrap();
+    assert!(rw.is_locked("doc").await.unwrap());
+    writer.release().await.unwrap();
+    assert!(!rw.is_locked("doc").await.unwrap());
+
+    let (second, third) = (RedisServer::start(), RedisServer::start());
+    let redlock = Redlock::new(
+        vec![store.clone(), second.store().await, third.store().await],
+        RedlockOptions::default(),
+    )
+    .unwrap();
+    assert!(!redlock.is_locked("q").await.unwrap());
+    let quorum = redlock.try_acquire("q", lease).await.unwrap().unwrap();
+    assert!(redlock.is_locked("q").await.unwrap());
+    // A minority holding the key is not a lock.
+    let key = quorum.key().to_owned();
+    second.cli(&["DEL", &key]);
+    third.cli(&["DEL", &key]);
+    assert!(!redlock.is_locked("q").await.unwrap());
+    redlock.release(&quorum).await;
+    assert!(!redlock.is_locked("q").await.unwrap());
+
+    let scripted = ScriptedLock::new(store.clone());
+    let watch = WatchLock::new(store.clone());
+    let getset = GetSetLock::new(store.clone());
+    let detected = LegacyLock::detect(store.clone(), Default::default())
+        .await
+        .unwrap();
+    let TryAcquire::Acquired(holding) = scripted.try_acquire("legacy:1", lease).await.unwrap()
+    else {
+        panic!("free");
+    };
+    assert!(scripted.is_locked("legacy:1").await.unwrap());
+    assert!(watch.is_locked("legacy:1").await.unwrap());
+    assert!(getset.is_locked("legacy:1").await.unwrap());
+    assert!(detected.is_locked("legacy:1").await.unwrap());
+    scripted.release(&holding).await.unwrap();
+    for (kind, locked) in [
+        ("scripted", scripted.is_locked("legacy:1").await.unwrap()),
+        ("watch", watch.is_locked("legacy:1").await.unwrap()),
+        ("getset", getset.is_locked("legacy:1").await.unwrap()),
+        ("detected", detected.is_locked("legacy:1").await.unwrap()),
+    ] {
+        assert!(!locked, "{kind} says a released lock is held");
+    }
+    // An expired timestamp left behind by an old client: not held.
+    server.cli(&["SET", "legacy:2", "1"]);
+    assert!(!scripted.is_locked("legacy:2").await.unwrap());
+    assert!(!getset.is_locked("legacy:2").await.unwrap());
+
+    // User data: an error, and the data stays.
+    server.cli(&["SET", "tairlock:{user}", "not a lease"]);
+    server.cli(&["SET", "legacy:user", "not a timestamp"]);
+    assert_eq!(
+        expire.is_locked("user").await.unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+    assert_eq!(
+        scripted.is_locked("legacy:user").await.unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+    assert_eq!(server.cli(&["GET", "tairlock:{user}"]), "not a lease");
+    assert_eq!(
+        expire.is_locked("").await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+}
+
+/// The blocking twins, from a plain thread with a store that owns its runtime.
+#[test]
+fn blocking_twins_work_from_a_plain_thread() {
+    let server = RedisServer::start();
+    let store = RedisStore::blocking_connect(&server.url()).unwrap();
+    let locks = ExpireLock::with_options(
+        store,
+        Options::default().watchdog_lease(Duration::from_secs(2)),
+    );
+    let guard = locks.blocking_try_lock("b").unwrap().expect("free");
+    assert!(locks.blocking_try_lock("b").unwrap().is_none());
+    assert!(locks.blocking_is_locked("b").unwrap());
+    guard.blocking_renew(Duration::from_secs(5)).unwrap();
+    assert!(guard.lease().remaining().unwrap() > Duration::from_secs(4));
+    guard.blocking_release().unwrap();
+    let fence = locks
+        .blocking_with_lock("b", |lease| async move { lease.fence() })
+        .unwrap();
+    assert!(fence > 0);
+    let fixed = locks
+        .blocking_lock_with_lease("b", Duration::from_millis(200), None)
+        .unwrap()
+        .unwrap();
+    assert!(!fixed.is_renewed());
+    let many = locks
+        .blocking_try_lock_many_for(&["b", "c"], Duration::from_secs(5))
+        .unwrap()
+        .expect("b's fixed lease runs out");
+    many.blocking_renew(Duration::from_secs(3)).unwrap();
+    assert_eq!(many.blocking_release().unwrap(), [Unlock::Released; 2]);
+    drop(fixed);
+    let reentrant = ReentrantLock::new(locks.clone());
+    let outer = reentrant.blocking_try_lock("t").unwrap().unwrap();
+    let inner = reentrant
+        .blocking_try_lock_for("t", Duration::from_millis(10))
+        .unwrap()
+        .unwrap();
+    assert_eq!(reentrant.thread_held_depth("t"), 2);
+    assert_eq!(inner.release().unwrap(), None);
+    assert_eq!(outer.release().unwrap(), Some(Unlock::Released));
+    assert!(!locks.blocking_force_unlock("t").unwrap());
+}
+
+/// `ClusterStore::blocking_connect` from a plain thread: the store owns its runtime.
+#[test]
+fn a_cluster_store_connects_from_blocking_code() {
+    let cluster = support::cluster::RedisCluster::start(3);
+    let store = tairlock::ClusterStore::blocking_connect(&cluster.urls()).unwrap();
+    let locks = ExpireLock::new(store);
+    let guard = locks.blocking_try_lock("blocking").unwrap().expect("free");
+    assert!(locks.blocking_is_locked("blocking").unwrap());
+    assert_eq!(guard.blocking_release().unwrap(), Unlock::Released);
+}

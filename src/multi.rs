@@ -35,11 +35,12 @@ use tokio::time::Instant;
 
 use crate::engine::{self, Attempt, Kind, Patience};
 use crate::error::{Error, ErrorKind, Result};
-use crate::expire_lock::{ExpireLock, Renew, Unlock, array, lease_at, unexpected};
+use crate::expire_lock::{ExpireLock, Renew, Unlock, lease_at};
 use crate::guard::{Liveness, Renewal};
 use crate::keys::key_slot;
 use crate::lease::Lease;
 use crate::script::Reply;
+use crate::script::{array, unexpected};
 use crate::scripts::LOCK_MANY;
 use crate::store::Store;
 

@@ -1,7 +1,8 @@
 use std::time::Duration;
 
-use super::{LEASE_PREFIX, format_lease, not_a_lease, now_us, read_fence, string_or_none, touch};
+use super::format::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
 use crate::script::{Reply, Script, int_arg};
+use crate::script::{now_us, string_or_none, touch};
 use crate::store::memory::{CommandError, CommandResult, Db};
 
 /// Take several locks at once, all or none. Lua: `lock_many.lua`.

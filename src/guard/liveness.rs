@@ -8,6 +8,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::observe::{Hold, Loss, ReleaseOutcome};
+
 /// What one renewal attempt of a [`Liveness::watchdog`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
@@ -60,6 +62,8 @@ pub struct Liveness {
     stopped: AtomicBool,
     /// A renewal sent whose outcome is not known yet.
     pending: Mutex<Option<RenewalAttempt>>,
+    /// What renewals, a loss and the release report ([`observe`](crate::observe)).
+    observe: Hold,
 }
 
 impl Liveness {
@@ -72,7 +76,16 @@ impl Liveness {
             watchdog: Mutex::new(None),
             stopped: AtomicBool::new(false),
             pending: Mutex::new(None),
+            observe: Hold::default(),
         }
+    }
+
+    /// Report renewals, a loss and the release as those of `hold` (a lease of a lock kind, on a
+    /// lock name, with its fencing token), in traces and metrics.
+    #[must_use]
+    pub fn observed(mut self, hold: Hold) -> Self {
+        self.observe = hold;
+        self
     }
 
     /// The local deadline of the lease in effect.
@@ -93,7 +106,9 @@ impl Liveness {
         let late = self.past_deadline();
         if late {
             // Marked before the deadline moves: `is_lost` never reads false in between.
-            self.mark_lost();
+            self.lose(Loss::Late);
+        } else {
+            self.observe.renewed();
         }
         self.set_deadline(deadline);
         if late {
@@ -131,6 +146,9 @@ impl Liveness {
     /// nonce) only when no answer came ([`Error::is_unanswered`](crate::Error::is_unanswered));
     /// any answer settles it.
     pub fn renewal_outcome<T>(&self, outcome: &crate::Result<T>) {
+        if let Err(e) = outcome {
+            self.observe.renewal_failed(e);
+        }
         if !matches!(outcome, Err(e) if e.is_unanswered()) {
             *self.pending.lock() = None;
         }
@@ -141,9 +159,27 @@ impl Liveness {
         self.pending.lock().clone()
     }
 
-    /// The lease is gone: lost for good.
+    /// The lease is gone: lost for good. Silent: a release ends a hold this way; use
+    /// [`lose`](Self::lose) for a loss.
     pub fn mark_lost(&self) {
         self.lost.send_replace(true);
+    }
+
+    /// The lease is lost for `reason`: lost for good, and reported (a `warn` event and the
+    /// loss counter) unless it was lost or released before.
+    pub fn lose(&self, reason: Loss) {
+        if self
+            .lost
+            .send_if_modified(|lost| !std::mem::replace(lost, true))
+        {
+            self.observe.lost(reason);
+        }
+    }
+
+    /// The hold ended by a release with `outcome` (`background`: a dropped guard's, which
+    /// nobody waits for): reported, with the time held.
+    pub fn released(&self, outcome: ReleaseOutcome<'_>, background: bool) {
+        self.observe.released(outcome, background);
     }
 
     /// Whether the deadline has passed.
@@ -175,7 +211,7 @@ impl Liveness {
                         () = tokio::time::sleep_until(deadline) => {
                             // A renewal may have moved the deadline meanwhile.
                             if self.past_deadline() {
-                                self.mark_lost();
+                                self.lose(Loss::Deadline);
                                 return;
                             }
                         }
@@ -232,8 +268,17 @@ impl Liveness {
                 Renewal::Renewed => wait = interval,
                 // Try again soon, well before the deadline.
                 Renewal::Retry if !self.past_deadline() => wait = self.retry_pause(interval),
-                Renewal::Retry | Renewal::Lost => {
-                    self.mark_lost();
+                Renewal::Retry => {
+                    self.lose(Loss::Deadline);
+                    return;
+                }
+                // Reported with its reason by the renewal already, if it knew one.
+                Renewal::Lost => {
+                    self.lose(if self.past_deadline() {
+                        Loss::Deadline
+                    } else {
+                        Loss::Gone
+                    });
                     return;
                 }
             }

@@ -107,7 +107,7 @@ impl Acquisition {
     /// An acquisition of `name`, a lock of `kind` (a label such as `expire`), starting now.
     pub fn start(kind: &'static str, name: &str) -> Self {
         #[cfg(feature = "tracing")]
-        let span = tracing::debug_span!("acquire", kind, lock = name);
+        let span = tracing::debug_span!("acquire", %kind, lock = %name);
         #[cfg(not(feature = "tracing"))]
         let span = {
             let _ = name;
@@ -132,7 +132,7 @@ impl Acquisition {
     /// An attempt found the lock held (for `remaining`, when the server said).
     pub fn refused(&self, remaining: Option<Duration>) {
         #[cfg(feature = "tracing")]
-        tracing::trace!(kind = self.kind, lock = %self.name, ?remaining, "attempt refused");
+        tracing::trace!(kind = %self.kind, lock = %self.name, ?remaining, "attempt refused");
         #[cfg(not(feature = "tracing"))]
         let _ = remaining;
     }
@@ -149,7 +149,7 @@ impl Acquisition {
         let handoff = self.woken.map(|at| at.elapsed());
         #[cfg(feature = "tracing")]
         tracing::debug!(
-            kind = self.kind,
+            kind = %self.kind,
             lock = %self.name,
             fence,
             ?waited,
@@ -175,7 +175,7 @@ impl Acquisition {
         self.done = true;
         let waited = self.started.elapsed();
         #[cfg(feature = "tracing")]
-        tracing::debug!(kind = self.kind, lock = %self.name, ?waited, error = %error, "acquire failed");
+        tracing::debug!(kind = %self.kind, lock = %self.name, ?waited, error = %error, "acquire failed");
         #[cfg(not(feature = "tracing"))]
         let _ = error;
         metrics::acquisition(self.kind, AcquireOutcome::Error, waited);
@@ -185,9 +185,9 @@ impl Acquisition {
         let waited = self.started.elapsed();
         #[cfg(feature = "tracing")]
         tracing::debug!(
-            kind = self.kind,
+            kind = %self.kind,
             lock = %self.name,
-            outcome = outcome.as_str(),
+            outcome = %outcome.as_str(),
             ?waited,
             "not acquired"
         );
@@ -307,7 +307,7 @@ impl Hold {
     /// A renewal landed in time.
     pub fn renewed(&self) {
         #[cfg(feature = "tracing")]
-        tracing::debug!(kind = self.kind, lock = %self.name, fence = self.fence, "lease renewed");
+        tracing::debug!(kind = %self.kind, lock = %self.name, fence = self.fence, "lease renewed");
         metrics::renewal(self.kind, "renewed");
     }
 
@@ -316,7 +316,7 @@ impl Hold {
     pub fn renewal_failed(&self, error: &Error) {
         #[cfg(feature = "tracing")]
         tracing::warn!(
-            kind = self.kind,
+            kind = %self.kind,
             lock = %self.name,
             fence = self.fence,
             error = %error,
@@ -333,7 +333,7 @@ impl Hold {
         let held = self.since.elapsed();
         #[cfg(feature = "tracing")]
         tracing::warn!(
-            kind = self.kind,
+            kind = %self.kind,
             lock = %self.name,
             fence = self.fence,
             reason = %reason,
@@ -353,7 +353,7 @@ impl Hold {
         #[cfg(feature = "tracing")]
         match outcome {
             ReleaseOutcome::Failed(error) if background => tracing::warn!(
-                kind = self.kind,
+                kind = %self.kind,
                 lock = %self.name,
                 fence = self.fence,
                 error = %error,
@@ -361,7 +361,7 @@ impl Hold {
                 "release failed in the background; the lease runs out by itself"
             ),
             ReleaseOutcome::Failed(error) => tracing::debug!(
-                kind = self.kind,
+                kind = %self.kind,
                 lock = %self.name,
                 fence = self.fence,
                 error = %error,
@@ -369,10 +369,10 @@ impl Hold {
                 "release failed"
             ),
             _ => tracing::debug!(
-                kind = self.kind,
+                kind = %self.kind,
                 lock = %self.name,
                 fence = self.fence,
-                outcome = outcome.as_str(),
+                outcome = %outcome.as_str(),
                 background,
                 ?held,
                 "released"
@@ -402,9 +402,9 @@ pub fn fallback_to_polling(channel: &str, reason: &dyn fmt::Display) {
             due
         };
         if warn {
-            tracing::warn!(channel, reason = %reason, "release notifications unavailable, waiting by polling");
+            tracing::warn!(%channel, reason = %reason, "release notifications unavailable, waiting by polling");
         } else {
-            tracing::debug!(channel, reason = %reason, "release notifications unavailable, waiting by polling");
+            tracing::debug!(%channel, reason = %reason, "release notifications unavailable, waiting by polling");
         }
     }
     #[cfg(not(feature = "tracing"))]

@@ -14,6 +14,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use support::RedisServer;
 use tairlock::observe::metrics as names;
 use tairlock::{ExpireLock, Options, Unlock};
+use tairlock_rwlock::Release;
 
 /// One metric series: its name and its labels, sorted.
 type Series = (String, Vec<(String, String)>);
@@ -116,6 +117,12 @@ async fn acquisitions_renewals_losses_and_releases_are_counted_by_kind() {
         .await
         .expect("the loss was not noticed");
     assert_eq!(second.release().await.unwrap(), Unlock::NotHeld);
+    // The reader/writer lock's kinds: `read` and `write`.
+    let rw = tairlock_rwlock::RwLock::new(server.store().await);
+    let read = rw.read("metered-rw").await.unwrap();
+    assert_eq!(read.release().await.unwrap(), Release::Released);
+    let write = rw.write("metered-rw").await.unwrap();
+    assert_eq!(write.release().await.unwrap(), Release::Released);
 
     let m = snapshot(&snapshotter);
     let expire = [("kind", "expire")];
@@ -168,6 +175,18 @@ async fn acquisitions_renewals_losses_and_releases_are_counted_by_kind() {
     let held = m.histogram(names::HOLD, &expire);
     assert_eq!(held.len(), 2, "{m:#?}");
     assert!(held.iter().any(|h| *h >= 1.3), "{held:?}");
+
+    for kind in ["read", "write"] {
+        let labels = [("kind", kind), ("outcome", "acquired")];
+        assert_eq!(m.counter(names::ACQUISITIONS, &labels), 1, "{m:#?}");
+        let labels = [("kind", kind), ("outcome", "released")];
+        assert_eq!(m.counter(names::RELEASES, &labels), 1, "{m:#?}");
+        assert_eq!(
+            m.histogram(names::HOLD, &[("kind", kind)]).len(),
+            1,
+            "{m:#?}"
+        );
+    }
 
     // No series is labelled with the lock's name.
     for (series_name, labels) in m.counters.keys().chain(m.histograms.keys()) {

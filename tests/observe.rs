@@ -205,3 +205,72 @@ async fn a_server_paused_past_the_lease_is_a_warning_that_no_renewal_was_answere
     assert_eq!(server.cli(&["CLIENT", "UNPAUSE"]), "OK");
     let _ = guard.release().await;
 }
+
+#[tokio::test]
+async fn a_release_that_fails_in_the_background_is_a_warning() {
+    capture();
+    let server = RedisServer::start();
+    let name = "obs-background";
+    let locks = locks(server.store().await, Duration::from_secs(30));
+    // A fixed lease: no watchdog to find the key changed first.
+    let guard = locks
+        .lock_with_lease(name, Duration::from_secs(30), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let lease = guard.lease();
+    // Someone's data in the lock's key: the release refuses to touch it.
+    assert_eq!(server.cli(&["DEL", &key(name)]), "1");
+    assert_eq!(server.cli(&["HSET", &key(name), "f", "v"]), "1");
+    drop(guard);
+    let failed = line_with(
+        name,
+        &["release failed in the background"],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(failed.contains("WARN"), "{failed}");
+    assert!(failed.contains("error=wrong type"), "{failed}");
+    no_nonce_in_output(&[lease]);
+}
+
+#[tokio::test]
+async fn a_refused_subscription_is_a_warning_that_waiters_poll() {
+    capture();
+    let server = RedisServer::start();
+    let password = "s3cret-obs-pw";
+    // Redis 7's default: a new user has no channel permissions.
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "obs",
+        "on",
+        &format!(">{password}"),
+        "~*",
+        "+@all",
+    ]);
+    let url = format!("redis://obs:{password}@127.0.0.1:{}", server.port());
+    let holder = ExpireLock::new(RedisStore::connect(&url).await.unwrap());
+    let waiter = ExpireLock::new(RedisStore::connect(&url).await.unwrap());
+    let name = "obs-refused";
+    let held = holder
+        .lock_with_lease(name, Duration::from_millis(400), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let got = waiter
+        .try_lock_for(name, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the waiter polls until the lease runs out");
+    let out = output();
+    let fallback = out
+        .lines()
+        .find(|l| l.contains("release notifications unavailable") && l.contains(name))
+        .unwrap_or_else(|| panic!("no fallback warning:\n{out}"));
+    assert!(fallback.contains("WARN"), "{fallback}");
+    assert!(fallback.contains("NOPERM"), "{fallback}");
+    assert!(!out.contains(password), "{out}");
+    drop(held);
+    got.release().await.unwrap();
+}

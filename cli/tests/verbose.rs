@@ -164,9 +164,13 @@ fn run_v_tells_a_lease_deleted_mid_run_and_why() {
         lost.contains("reason=a renewal found the lease gone: it expired or was deleted"),
         "{lost}"
     );
-    line(
-        &out,
-        "tairlock run: the lease on job was lost; stopping the command's process group (SIGTERM)",
+    let stopping =
+        "tairlock run: the lease on job was lost; stopping the command's process group (SIGTERM)";
+    line(&out, stopping);
+    // The reason first, then what tairlock does about it.
+    assert!(
+        out.find("lease lost").unwrap() < out.find(stopping).unwrap(),
+        "{out}"
     );
     assert!(
         line(&out, "DEBUG released").contains("outcome=not_held"),

@@ -168,12 +168,15 @@ impl Liveness {
     /// The lease is lost for `reason`: lost for good, and reported (a `warn` event and the
     /// loss counter) unless it was lost or released before.
     pub fn lose(&self, reason: Loss) {
-        if self
-            .lost
-            .send_if_modified(|lost| !std::mem::replace(lost, true))
-        {
+        // Reported before the watchers wake, so that the reason comes before whatever they say.
+        self.lost.send_if_modified(|lost| {
+            if *lost {
+                return false;
+            }
+            *lost = true;
             self.observe.lost(reason);
-        }
+            true
+        });
     }
 
     /// The hold ended by a release with `outcome` (`background`: a dropped guard's, which

@@ -515,18 +515,23 @@ async fn acquire_observed<K: Kind>(
         if let Some(deadline) = deadline {
             until = until.min(deadline);
         }
-        match notified.as_mut().as_pin_mut() {
-            Some(n) => {
-                tokio::select! {
-                    () = n => observed.woke(true),
-                    () = tokio::time::sleep_until(until) => observed.woke(false),
+        let waiting = observed.wait_span(until.saturating_duration_since(now));
+        let woken_by_notification = in_span(&waiting, async {
+            match notified.as_mut().as_pin_mut() {
+                Some(n) => {
+                    tokio::select! {
+                        () = n => true,
+                        () = tokio::time::sleep_until(until) => false,
+                    }
+                }
+                None => {
+                    tokio::time::sleep_until(until).await;
+                    false
                 }
             }
-            None => {
-                tokio::time::sleep_until(until).await;
-                observed.woke(false);
-            }
-        }
+        })
+        .await;
+        observed.woke(woken_by_notification);
     }
 }
 

@@ -274,3 +274,39 @@ async fn a_refused_subscription_is_a_warning_that_waiters_poll() {
     drop(held);
     got.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_wait_reports_its_refused_attempts_in_the_acquire_span_and_the_handoff() {
+    capture();
+    let server = RedisServer::start();
+    let name = "obs-contended";
+    let holder = locks(server.store().await, Duration::from_secs(30));
+    let waiter = locks(server.store().await, Duration::from_secs(30));
+    let held = holder
+        .lock_with_lease(name, Duration::from_secs(10), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting =
+        tokio::spawn(async move { waiter.try_lock_for(name, Duration::from_secs(8)).await });
+    line_with(name, &["attempt refused"], Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(held.release().await.unwrap(), Unlock::Released);
+    let got = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the release wakes the waiter");
+    let refused = line_with(name, &["attempt refused"], Duration::from_secs(1)).await;
+    assert!(refused.contains("TRACE"), "{refused}");
+    assert!(
+        refused.contains(&format!("acquire{{kind=expire lock={name}}}")),
+        "{refused}"
+    );
+    assert!(refused.contains("remaining="), "{refused}");
+    let fence = format!("fence={}", got.fence());
+    let acquired = line_with(name, &["acquired", &fence], Duration::from_secs(1)).await;
+    // Woken by the release's notification: the handoff is measured.
+    assert!(acquired.contains("handoff="), "{acquired}");
+    got.release().await.unwrap();
+}

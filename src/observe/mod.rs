@@ -22,12 +22,15 @@
 //! | `warn` | `release failed in the background` | `kind`, `lock`, `fence`, `error`, `held` |
 //! | `warn` | `release notifications unavailable, waiting by polling` | `channel`, `reason` (at most once a minute; `debug` in between) |
 //!
-//! Acquisitions run inside an `acquire` span (`kind`, `lock`). Nothing reports a nonce, a
+//! Acquisitions run inside an `acquire` span (`kind`, `lock`; `debug` level), each sleep between
+//! attempts inside a `wait` span (`longest`; `trace` level) within it: a subscriber that
+//! records span timings (`tracing-subscriber`'s `with_span_events(FmtSpan::CLOSE)`) shows how
+//! long each took. Nothing reports a nonce, a
 //! password or a URL; metrics are labelled by lock kind, never by lock name (cardinality).
 //!
 //! # Metrics
 //!
-//! See [`metrics`](self::metrics) (the names) and the README's table.
+//! See [`metrics`] (the names) and the README's table.
 
 use std::fmt;
 use std::time::Duration;
@@ -48,6 +51,10 @@ pub type Span = tracing::Span;
 pub struct Span;
 
 /// Run `fut` inside `span` (just `fut` without the `tracing` feature).
+///
+/// # Cancel safety
+///
+/// As cancel safe as `fut`: dropping it drops `fut`.
 pub async fn in_span<F: Future>(span: &Span, fut: F) -> F::Output {
     #[cfg(feature = "tracing")]
     {
@@ -135,6 +142,20 @@ impl Acquisition {
         tracing::trace!(kind = %self.kind, lock = %self.name, ?remaining, "attempt refused");
         #[cfg(not(feature = "tracing"))]
         let _ = remaining;
+    }
+
+    /// A `wait` span (`trace` level, inside the `acquire` span) for one sleep between attempts
+    /// of at most `longest`.
+    pub fn wait_span(&self, longest: Duration) -> Span {
+        #[cfg(feature = "tracing")]
+        {
+            tracing::trace_span!(parent: &self.span, "wait", ?longest)
+        }
+        #[cfg(not(feature = "tracing"))]
+        {
+            let _ = longest;
+            Span
+        }
     }
 
     /// The waiter woke: by a release notification (`notified`), or at the end of a sleep.

@@ -18,15 +18,18 @@
 //! | `debug` | `lease renewed` | `kind`, `lock`, `fence` |
 //! | `warn` | `lease renewal failed` | `kind`, `lock`, `fence`, `error`, `unanswered` (it may have been applied; repeated with the same nonce) |
 //! | `warn` | `lease lost` | `kind`, `lock`, `fence`, `reason`, `held` |
-//! | `debug` | `released` | `kind`, `lock`, `fence`, `outcome`, `held` |
-//! | `warn` | `release failed in the background` | `kind`, `lock`, `fence`, `error`, `held` |
+//! | `debug` | `released` | `kind`, `lock`, `fence`, `outcome` (`released`, `not_held`), `background`, `held` |
+//! | `debug` | `release failed` | `kind`, `lock`, `fence`, `error`, `held` (the caller gets the error) |
+//! | `warn` | `release failed in the background; the lease runs out by itself` | `kind`, `lock`, `fence`, `error`, `held` (a dropped guard's release) |
 //! | `warn` | `release notifications unavailable, waiting by polling` | `channel`, `reason` (at most once a minute; `debug` in between) |
 //!
 //! Acquisitions run inside an `acquire` span (`kind`, `lock`; `debug` level), each sleep between
 //! attempts inside a `wait` span (`longest`; `trace` level) within it: a subscriber that
 //! records span timings (`tracing-subscriber`'s `with_span_events(FmtSpan::CLOSE)`) shows how
-//! long each took. Nothing reports a nonce, a
-//! password or a URL; metrics are labelled by lock kind, never by lock name (cardinality).
+//! long each took. The events' target is `tairlock::observe`.
+//!
+//! Nothing reports a nonce, a password or a URL; metrics are labelled by lock kind, never by
+//! lock name (cardinality).
 //!
 //! # Metrics
 //!

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use support::RedisServer;
+use tairlock::store::RedisOptions;
 use tairlock::{ExpireLock, Lease, Options, RedisStore, Unlock};
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -309,4 +310,33 @@ async fn a_wait_reports_its_refused_attempts_in_the_acquire_span_and_the_handoff
     // Woken by the release's notification: the handoff is measured.
     assert!(acquired.contains("handoff="), "{acquired}");
     got.release().await.unwrap();
+}
+
+/// A renewal that hangs (the server paused, a long response timeout) does not hold up the
+/// report: the loss is a warning at the lease's local deadline, with nobody awaiting `lost()`.
+#[tokio::test]
+async fn a_hanging_renewal_does_not_delay_the_loss_warning_past_the_deadline() {
+    capture();
+    let server = RedisServer::start();
+    let name = "obs-hanging";
+    let mut options = RedisOptions::default();
+    options.response_timeout = Duration::from_secs(20);
+    let store = RedisStore::connect_with(&server.url(), options)
+        .await
+        .unwrap();
+    let lease = Duration::from_millis(600);
+    let guard = locks(store, lease).lock(name).await.unwrap();
+    let paused = tokio::time::Instant::now();
+    assert_eq!(server.cli(&["CLIENT", "PAUSE", "5000", "ALL"]), "OK");
+    // The deadline is at most one lease after the pause (the last renewal came before it).
+    let lost = line_with(name, &["lease lost"], Duration::from_secs(3)).await;
+    let after = paused.elapsed();
+    assert!(
+        lost.contains("reason=no renewal was answered before the lease's local deadline"),
+        "{lost}"
+    );
+    assert!(after < Duration::from_secs(3), "{after:?}");
+    assert!(guard.is_lost());
+    assert_eq!(server.cli(&["CLIENT", "UNPAUSE"]), "OK");
+    let _ = guard.release().await;
 }

@@ -267,7 +267,22 @@ impl Liveness {
                 // A release started while this poll waited for the lock: send nothing.
                 return;
             }
-            match renew().await {
+            // A renewal still unanswered at the deadline (a paused or unreachable server) does
+            // not hold up the loss: it is reported then, and the renewal is awaited still.
+            let mut renewal = std::pin::pin!(renew());
+            let outcome = match self.deadline() {
+                Some(deadline) => {
+                    tokio::select! {
+                        outcome = renewal.as_mut() => outcome,
+                        () = tokio::time::sleep_until(deadline) => {
+                            self.lose(Loss::Deadline);
+                            renewal.await
+                        }
+                    }
+                }
+                None => renewal.await,
+            };
+            match outcome {
                 Renewal::Renewed => wait = interval,
                 // Try again soon, well before the deadline.
                 Renewal::Retry if !self.past_deadline() => wait = self.retry_pause(interval),

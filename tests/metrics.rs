@@ -1,6 +1,6 @@
 //! What the locks record through the `metrics` facade (issue #15 §2; feature `metrics`, which
 //! this crate's tests turn on), on a real `redis-server`, read back from `metrics-util`'s
-//! `DebuggingRecorder`: acquisitions by outcome, renewals, a loss, releases, and the wait, hold
+//! `DebuggingRecorder`: acquisitions by outcome (acquired, busy, timed out, cancelled), renewals, a loss, releases, and the wait, hold
 //! and handoff histograms, each labelled by lock kind and never by lock name.
 //!
 //! One test: the recorder is global, and the labels are the same for every lock of a kind.
@@ -97,6 +97,9 @@ async fn acquisitions_renewals_losses_and_releases_are_counted_by_kind() {
     assert!(other.try_lock(name).await.unwrap().is_none());
     let waited = other.try_lock_for(name, Duration::from_millis(150)).await;
     assert!(waited.unwrap().is_none());
+    // Cancelled: a wait dropped by its caller.
+    let dropped = tokio::time::timeout(Duration::from_millis(100), other.lock(name)).await;
+    assert!(dropped.is_err());
     // A waiter that the release wakes (by notification), then the release: a handoff.
     let waiter = {
         let other = other.clone();
@@ -135,6 +138,7 @@ async fn acquisitions_renewals_losses_and_releases_are_counted_by_kind() {
     assert_eq!(acquisitions("acquired"), 2, "{m:#?}");
     assert_eq!(acquisitions("busy"), 1, "{m:#?}");
     assert_eq!(acquisitions("timed_out"), 1, "{m:#?}");
+    assert_eq!(acquisitions("cancelled"), 1, "{m:#?}");
     assert_eq!(acquisitions("error"), 0, "{m:#?}");
     let wait = m.histogram(
         names::ACQUIRE_WAIT,

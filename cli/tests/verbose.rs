@@ -48,13 +48,14 @@ impl Drop for Scratch {
     }
 }
 
-/// `tairlock FLAGS… run KEY --redis URL --ttl 600ms -- sh -c SCRIPT`, stderr into `stderr`
-/// (a file: the command's children must not hold a pipe open), without `RUST_LOG`.
+/// `tairlock FLAGS… run KEY --redis URL --ttl 1500ms --grace 300ms -- sh -c SCRIPT` (renewed
+/// every 500 ms, with room for a loaded machine's late renewal), stderr into `stderr` (a file:
+/// the command's children must not hold a pipe open), without `RUST_LOG`.
 fn tairlock(server: &RedisServer, flags: &[&str], script: &str, stderr: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tairlock"));
     cmd.args(flags)
-        .args(["run", KEY, "--redis", &server.url(), "--ttl", "600ms"])
-        .args(["--grace", "100ms", "--", "sh", "-c", script])
+        .args(["run", KEY, "--redis", &server.url(), "--ttl", "1500ms"])
+        .args(["--grace", "300ms", "--", "sh", "-c", script])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -124,8 +125,8 @@ fn run_v_tells_the_fence_renewals_and_release() {
     let server = RedisServer::start();
     let scratch = Scratch::new("cycle");
     let (stderr, fence) = (scratch.file("stderr"), scratch.file("fence"));
-    // 0.7 s under a 600 ms lease: renewed every 200 ms, three times or so.
-    let script = format!("echo $TAIRLOCK_FENCE > {}; sleep 0.7", fence.display());
+    // 1.2 s under a 1.5 s lease: renewed every 500 ms, twice or so.
+    let script = format!("echo $TAIRLOCK_FENCE > {}; sleep 1.2", fence.display());
     let mut child = tairlock(&server, &["-v"], &script, &stderr)
         .spawn()
         .unwrap();

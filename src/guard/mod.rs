@@ -9,6 +9,10 @@
 //! deadline, the guard is marked lost: [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, so the
 //! critical section can stop ([`ExpireLock::with_lock`](crate::ExpireLock::with_lock) does this
 //! for you).
+//!
+//! Each renewal, a failed renewal, a loss with its reason and the release (with the time held)
+//! are reported through [`observe`](crate::observe): `tracing` events (a loss, a failed renewal
+//! and a failed background release are warnings) and, with the `metrics` feature, metrics.
 
 use std::fmt;
 use std::sync::Arc;

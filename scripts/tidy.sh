@@ -15,10 +15,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo bench --workspace --no-run
 # Feature combinations: the core crate with none, each alone, all; the other crates trimmed.
 cargo check -p tairlock --no-default-features
-for feature in cluster tls sentinel; do
+for feature in cluster tls sentinel tracing metrics; do
     cargo check -p tairlock --no-default-features --features "$feature"
 done
 cargo check -p tairlock --all-features
+# The observability features on their own and together, without the connection features.
+cargo check -p tairlock --no-default-features --features tracing,metrics
 cargo check -p tairlock-legacy --no-default-features
 cargo check -p tairlock-cli --no-default-features
 # The CLI on a non-Unix target (no `run` there), when that target is installed. Without the

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use crate::error::Result;
 use crate::notify::{Notifier, Watch};
+use crate::observe::{AcquireOutcome, Acquisition, in_span};
 use crate::store::Store;
 use crate::wait::WaitStrategy;
 
@@ -121,6 +122,18 @@ pub trait Kind: Clone + Send + Sync + 'static {
     /// The longest wait between two attempts regardless of the holder (a waiting writer
     /// re-asserts its intent well within its lease).
     fn refresh_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The kind's label in traces and metrics ([`observe`](crate::observe)): `expire`, `fair`,
+    /// `read`, ... — never the lock's name.
+    fn label(&self) -> &'static str {
+        "lock"
+    }
+
+    /// The fencing token of what an acquisition yields, for traces, when the kind has one.
+    fn fence(&self, held: &Self::Held) -> Option<u64> {
+        let _ = held;
         None
     }
 }
@@ -321,6 +334,32 @@ pub async fn acquire<K: Kind>(
     patience: Patience,
     kind: K,
 ) -> Result<Option<K::Held>> {
+    // The span, the outcome event and the metrics of this acquisition; dropped unfinished (the
+    // acquire was cancelled) it counts as cancelled.
+    let mut observed = Acquisition::start(kind.label(), name);
+    let span = observed.span().clone();
+    let outcome = in_span(
+        &span,
+        acquire_observed(waiters, name, wait, patience, kind.clone(), &mut observed),
+    )
+    .await;
+    match &outcome {
+        Ok(Some(held)) => observed.acquired(kind.fence(held)),
+        Ok(None) if patience.waits() => observed.not_acquired(AcquireOutcome::TimedOut),
+        Ok(None) => observed.not_acquired(AcquireOutcome::Busy),
+        Err(e) => observed.failed(e),
+    }
+    outcome
+}
+
+async fn acquire_observed<K: Kind>(
+    waiters: &Waiters,
+    name: &str,
+    wait: WaitStrategy,
+    patience: Patience,
+    kind: K,
+    observed: &mut Acquisition,
+) -> Result<Option<K::Held>> {
     let deadline = patience.deadline();
     // Whether this acquire waits by notification.
     let channel = match wait {
@@ -436,6 +475,7 @@ pub async fn acquire<K: Kind>(
                 return Ok(Some(held));
             }
             Ok(Attempt::Busy { remaining }) => {
+                observed.refused(remaining);
                 transient.answered();
                 cleanup.armed = kind.busy_leaves_trace();
                 remaining
@@ -475,15 +515,23 @@ pub async fn acquire<K: Kind>(
         if let Some(deadline) = deadline {
             until = until.min(deadline);
         }
-        match notified.as_mut().as_pin_mut() {
-            Some(n) => {
-                tokio::select! {
-                    () = n => {}
-                    () = tokio::time::sleep_until(until) => {}
+        let waiting = observed.wait_span(until.saturating_duration_since(now));
+        let woken_by_notification = in_span(&waiting, async {
+            match notified.as_mut().as_pin_mut() {
+                Some(n) => {
+                    tokio::select! {
+                        () = n => true,
+                        () = tokio::time::sleep_until(until) => false,
+                    }
+                }
+                None => {
+                    tokio::time::sleep_until(until).await;
+                    false
                 }
             }
-            None => tokio::time::sleep_until(until).await,
-        }
+        })
+        .await;
+        observed.woke(woken_by_notification);
     }
 }
 

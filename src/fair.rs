@@ -210,6 +210,14 @@ impl<S: Store> Kind for Step<S> {
         Some(&self.wake)
     }
 
+    fn label(&self) -> &'static str {
+        "fair"
+    }
+
+    fn fence(&self, lease: &Lease) -> Option<u64> {
+        Some(lease.fence())
+    }
+
     async fn attempt(&self, nonce: &str) -> Result<Attempt<Lease>> {
         let outcome = self
             .locks

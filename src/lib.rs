@@ -12,6 +12,9 @@
 //! - **Atomic operations** ([`script`], [`scripts`]): each a `.lua` file beside its native body,
 //!   the way `tairlock-legacy` and `tairlock-rwlock` declare theirs too.
 //! - **Time** ([`clock`]): injected everywhere a clock is read, so tests can pause and skew it.
+//! - **Observability** ([`observe`]): `tracing` events for acquire, renew, loss and release
+//!   (feature `tracing`, on by default) and `metrics` counters and histograms labelled by lock
+//!   kind (feature `metrics`).
 //!
 //! # Quick start
 //!
@@ -81,6 +84,7 @@ mod lease;
 pub mod loom_models;
 pub mod multi;
 pub mod notify;
+pub mod observe;
 pub mod redlock;
 pub mod reentrant;
 pub mod replicated;

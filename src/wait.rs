@@ -69,6 +69,14 @@ impl<S: Store> Kind for Step<S> {
         Some(&self.channel)
     }
 
+    fn label(&self) -> &'static str {
+        "expire"
+    }
+
+    fn fence(&self, lease: &Lease) -> Option<u64> {
+        Some(lease.fence())
+    }
+
     async fn attempt(&self, nonce: &str) -> Result<Attempt<Lease>> {
         let outcome = self
             .locks

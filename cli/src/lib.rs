@@ -5,9 +5,11 @@
 //! - [`admin`]: `tairlock inspect` and `tairlock unlock --force`.
 //! - [`rw_inspect`]: `tairlock inspect` for reader/writer locks.
 //! - `run` (Unix only): `tairlock run KEY -- CMD…`.
+//! - [`logging`]: `-v`, `-q` and `--log FILTER` on every command.
 
 pub mod admin;
 pub mod bench;
+pub mod logging;
 pub mod race;
 #[cfg(unix)]
 pub mod run;

@@ -27,6 +27,8 @@ use tairlock_cli::run;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: tairlock_cli::logging::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -373,6 +375,10 @@ fn conn_args(command: &Command) -> Option<&ConnArgs> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = tairlock_cli::logging::init(&cli.log) {
+        eprintln!("tairlock: {e}");
+        return ExitCode::from(2);
+    }
     // Unreadable or malformed TLS files are a usage error, before anything is connected.
     if let Some(Err(e)) = conn_args(&cli.command).map(ConnArgs::tls) {
         eprintln!("tairlock: {e}");

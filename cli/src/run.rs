@@ -61,6 +61,8 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use tokio::time::Instant;
 
+use crate::logging::Chain;
+
 mod supervisor;
 mod terminal;
 
@@ -271,7 +273,7 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
             return EXIT_NOT_ACQUIRED;
         }
         Err(e) => {
-            eprintln!("tairlock run: cannot lock {}: {e}", spec.name);
+            eprintln!("tairlock run: cannot lock {}: {}", spec.name, Chain(&e));
             return EXIT_STORE;
         }
     };
@@ -301,6 +303,7 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
             return EXIT_SPAWN;
         }
     };
+    tracing::debug!(lock = %spec.name, fence = env.fence, group = group.id.as_raw(), "command started");
 
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
@@ -357,6 +360,7 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     }
     // The group is gone: the lifeline has nothing left to guard.
     drop(group.lifeline);
+    tracing::debug!(lock = %spec.name, code, "command exited");
 
     if stop == Some(Stop::Overdue)
         && let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero())
@@ -392,8 +396,9 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
         }
         Err(e) => {
             eprintln!(
-                "tairlock run: releasing {} failed ({e}); its lease will expire",
-                spec.name
+                "tairlock run: releasing {} failed ({}); its lease will expire",
+                spec.name,
+                Chain(&e)
             );
             code
         }

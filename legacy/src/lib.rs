@@ -146,6 +146,10 @@ impl<L: TryStep> Kind for Step<L> {
         None
     }
 
+    fn label(&self) -> &'static str {
+        "legacy"
+    }
+
     async fn attempt(&self, _nonce: &str) -> tairlock::Result<Attempt<Holding>> {
         Ok(match self.lock.try_acquire(&self.key, self.lease).await? {
             TryAcquire::Acquired(holding) => Attempt::Acquired(holding),

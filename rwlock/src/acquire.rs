@@ -48,6 +48,20 @@ impl<S: Store> Kind for Step<S> {
         Some(&self.channel)
     }
 
+    fn label(&self) -> &'static str {
+        match self.mode {
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+
+    fn fence(&self, hold: &Arc<Hold<S>>) -> Option<u64> {
+        match hold.credential() {
+            Credential::Write(lease) => Some(lease.fence()),
+            Credential::Read(_) => None,
+        }
+    }
+
     async fn attempt(&self, nonce: &str) -> Result<Attempt<Arc<Hold<S>>>> {
         let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
         Ok(match self.mode {

@@ -125,7 +125,7 @@ impl<S: Store> Slot<S> {
         }
         let hold = self.hold.clone();
         tairlock::blocking::spawn_handle(hold.rw().store().runtime())
-            .spawn(async move { hold.release().await })
+            .spawn(async move { hold.release(false).await })
             .await
             .unwrap_or_else(|e| {
                 Err(Error::new(
@@ -140,7 +140,7 @@ impl<S: Store> Slot<S> {
         if self.exit() {
             let hold = self.hold.clone();
             tairlock::blocking::spawn_handle(hold.rw().store().runtime()).spawn(async move {
-                let _ = hold.release().await;
+                let _ = hold.release(true).await;
             });
         }
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tairlock::guard::{Liveness, Renewal};
+use tairlock::observe::{self, ReleaseOutcome};
 use tairlock::{Error, ErrorKind, Lease, Result, Store, Unlock};
 use tokio::time::Instant;
 
@@ -44,13 +45,17 @@ impl<S: Store> Hold<S> {
         ttl: Duration,
         deadline: Instant,
     ) -> Arc<Self> {
+        let observed = match &cred {
+            Credential::Read(_) => observe::Hold::new("read", name, None),
+            Credential::Write(lease) => observe::Hold::new("write", name, Some(lease.fence())),
+        };
         let hold = Arc::new(Hold {
             rw,
             name: name.to_owned(),
             ttl,
             cred: Mutex::new(cred),
             downgrading: Mutex::new(None),
-            live: Liveness::new(Some(deadline)),
+            live: Liveness::new(Some(deadline)).observed(observed),
         });
         let handle = tairlock::blocking::spawn_handle(hold.rw.store().runtime())
             .spawn(watchdog(hold.clone()))
@@ -133,8 +138,8 @@ impl<S: Store> Hold<S> {
     }
 
     /// Stop renewing and give the lease back (and the reader of a downgrade whose outcome is
-    /// unknown).
-    pub(crate) async fn release(&self) -> Result<Release> {
+    /// unknown); `background` for a dropped guard's release, which nobody waits for.
+    pub(crate) async fn release(&self, background: bool) -> Result<Release> {
         self.live.stop_watchdog().await;
         {
             let _in_flight = self.live.renewing().await;
@@ -176,6 +181,14 @@ impl<S: Store> Hold<S> {
             }
         };
         self.live.mark_lost();
+        self.live.released(
+            match &outcome {
+                Ok(Release::Lost) => ReleaseOutcome::NotHeld,
+                Ok(_) => ReleaseOutcome::Released,
+                Err(e) => ReleaseOutcome::Failed(e),
+            },
+            background,
+        );
         outcome
     }
 

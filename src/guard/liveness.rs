@@ -8,6 +8,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::observe::{Hold, Loss, ReleaseOutcome};
+
 /// What one renewal attempt of a [`Liveness::watchdog`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
@@ -65,6 +67,8 @@ pub struct Liveness {
     pending: Mutex<Option<RenewalAttempt>>,
     /// The bound on automatic renewal: no lease is asked to last past this instant.
     renew_until: Mutex<Option<Instant>>,
+    /// What renewals, a loss and the release report ([`observe`](crate::observe)).
+    observe: Hold,
 }
 
 impl Liveness {
@@ -78,7 +82,16 @@ impl Liveness {
             stopped: AtomicBool::new(false),
             pending: Mutex::new(None),
             renew_until: Mutex::new(None),
+            observe: Hold::default(),
         }
+    }
+
+    /// Report renewals, a loss and the release as those of `hold` (a lease of a lock kind, on a
+    /// lock name, with its fencing token), in traces and metrics.
+    #[must_use]
+    pub fn observed(mut self, hold: Hold) -> Self {
+        self.observe = hold;
+        self
     }
 
     /// Bound automatic renewal (`Options::max_hold`): from now on a watchdog renewal asks for
@@ -118,7 +131,9 @@ impl Liveness {
         let late = self.past_deadline();
         if late {
             // Marked before the deadline moves: `is_lost` never reads false in between.
-            self.mark_lost();
+            self.lose(Loss::Late);
+        } else {
+            self.observe.renewed();
         }
         self.set_deadline(deadline);
         if late {
@@ -156,6 +171,9 @@ impl Liveness {
     /// nonce) only when no answer came ([`Error::is_unanswered`](crate::Error::is_unanswered));
     /// any answer settles it.
     pub fn renewal_outcome<T>(&self, outcome: &crate::Result<T>) {
+        if let Err(e) = outcome {
+            self.observe.renewal_failed(e);
+        }
         if !matches!(outcome, Err(e) if e.is_unanswered()) {
             *self.pending.lock() = None;
         }
@@ -166,9 +184,30 @@ impl Liveness {
         self.pending.lock().clone()
     }
 
-    /// The lease is gone: lost for good.
+    /// The lease is gone: lost for good. Silent: a release ends a hold this way; use
+    /// [`lose`](Self::lose) for a loss.
     pub fn mark_lost(&self) {
         self.lost.send_replace(true);
+    }
+
+    /// The lease is lost for `reason`: lost for good, and reported (a `warn` event and the
+    /// loss counter) unless it was lost or released before.
+    pub fn lose(&self, reason: Loss) {
+        // Reported before the watchers wake, so that the reason comes before whatever they say.
+        self.lost.send_if_modified(|lost| {
+            if *lost {
+                return false;
+            }
+            *lost = true;
+            self.observe.lost(reason);
+            true
+        });
+    }
+
+    /// The hold ended by a release with `outcome` (`background`: a dropped guard's, which
+    /// nobody waits for): reported, with the time held.
+    pub fn released(&self, outcome: ReleaseOutcome<'_>, background: bool) {
+        self.observe.released(outcome, background);
     }
 
     /// Whether the deadline has passed.
@@ -200,7 +239,7 @@ impl Liveness {
                         () = tokio::time::sleep_until(deadline) => {
                             // A renewal may have moved the deadline meanwhile.
                             if self.past_deadline() {
-                                self.mark_lost();
+                                self.lose(Loss::Deadline);
                                 return;
                             }
                         }
@@ -255,12 +294,36 @@ impl Liveness {
                 // A release started while this poll waited for the lock: send nothing.
                 return;
             }
-            match renew().await {
+            // A renewal still unanswered at the deadline (a paused or unreachable server) does
+            // not hold up the loss: it is reported then, and the renewal is awaited still.
+            let mut renewal = std::pin::pin!(renew());
+            let outcome = match self.deadline() {
+                Some(deadline) => {
+                    tokio::select! {
+                        outcome = renewal.as_mut() => outcome,
+                        () = tokio::time::sleep_until(deadline) => {
+                            self.lose(Loss::Deadline);
+                            renewal.await
+                        }
+                    }
+                }
+                None => renewal.await,
+            };
+            match outcome {
                 Renewal::Renewed => wait = interval,
                 // Try again soon, well before the deadline.
                 Renewal::Retry if !self.past_deadline() => wait = self.retry_pause(interval),
-                Renewal::Retry | Renewal::Lost => {
-                    self.mark_lost();
+                Renewal::Retry => {
+                    self.lose(Loss::Deadline);
+                    return;
+                }
+                // Reported with its reason by the renewal already, if it knew one.
+                Renewal::Lost => {
+                    self.lose(if self.past_deadline() {
+                        Loss::Deadline
+                    } else {
+                        Loss::Gone
+                    });
                     return;
                 }
                 Renewal::Stop => return,

@@ -9,6 +9,10 @@
 //! deadline, the guard is marked lost: [`LockGuard::is_lost`] turns true and [`LockGuard::lost`] resolves, so the
 //! critical section can stop ([`ExpireLock::with_lock`](crate::ExpireLock::with_lock) does this
 //! for you).
+//!
+//! Each renewal, a failed renewal, a loss with its reason and the release (with the time held)
+//! are reported through [`observe`](crate::observe): `tracing` events (a loss, a failed renewal
+//! and a failed background release are warnings) and, with the `metrics` feature, metrics.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::{ExpireLock, Renew, Unlock};
 use crate::lease::Lease;
+use crate::observe::{Hold, Loss, ReleaseOutcome};
 use crate::store::Store;
 
 mod liveness;
@@ -59,7 +64,8 @@ impl<S: Store> Shared<S> {
         (attempt.ttl, outcome)
     }
 
-    async fn release(&self) -> Result<Unlock> {
+    /// Stop renewing and give the lease back; `background` for a dropped guard's release.
+    async fn release(&self, background: bool) -> Result<Unlock> {
         self.live.stop_watchdog().await;
         if let Some(attempt) = self.live.pending_renewal() {
             // A renewal whose reply was lost may have rotated the lease: learn the lease in
@@ -72,6 +78,14 @@ impl<S: Store> Shared<S> {
         let lease = self.current();
         let outcome = self.locks.expire_unlock(&self.name, &lease).await;
         self.live.mark_lost();
+        self.live.released(
+            match &outcome {
+                Ok(Unlock::Released) => ReleaseOutcome::Released,
+                Ok(_) => ReleaseOutcome::NotHeld,
+                Err(e) => ReleaseOutcome::Failed(e),
+            },
+            background,
+        );
         outcome
     }
 }
@@ -87,7 +101,14 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
             };
             match shared.renew(ttl).await.1 {
                 Ok(Renew::Renewed(lease)) => shared.adopt(lease),
-                Ok(Renew::NotHeld | Renew::HeldByOther) => Renewal::Lost,
+                Ok(Renew::NotHeld) => {
+                    shared.live.lose(Loss::Gone);
+                    Renewal::Lost
+                }
+                Ok(Renew::HeldByOther) => {
+                    shared.live.lose(Loss::HeldByOther);
+                    Renewal::Lost
+                }
                 // No answer: repeated with the same nonce until one comes or the deadline
                 // passes. A refusal (an error reply): tried again the same way.
                 Err(_) => Renewal::Retry,
@@ -127,11 +148,20 @@ impl<S: Store> LockGuard<S> {
         ttl: Duration,
         watchdog_on: bool,
     ) -> Self {
+        let kind = if locks.options().fair {
+            "fair"
+        } else {
+            "expire"
+        };
         let shared = Arc::new(Shared {
-            locks,
             name: name.to_owned(),
             ttl,
-            live: Liveness::new(lease.deadline()),
+            live: Liveness::new(lease.deadline()).observed(Hold::new(
+                kind,
+                name,
+                Some(lease.fence()),
+            )),
+            locks,
             lease: Mutex::new(lease),
             renews: watchdog_on,
         });
@@ -211,8 +241,12 @@ impl<S: Store> LockGuard<S> {
                     }
                     // That settled an earlier renewal of another length: now this one.
                 }
-                (_, Ok(Renew::NotHeld | Renew::HeldByOther)) => {
-                    self.shared.live.mark_lost();
+                (_, Ok(found @ (Renew::NotHeld | Renew::HeldByOther))) => {
+                    self.shared.live.lose(if found == Renew::NotHeld {
+                        Loss::Gone
+                    } else {
+                        Loss::HeldByOther
+                    });
                     return Err(Error::new(
                         ErrorKind::LeaseLost,
                         format!("the lease on {} is gone", self.shared.name),
@@ -236,7 +270,7 @@ impl<S: Store> LockGuard<S> {
     /// plus the lease, since the watchdog is stopped first).
     pub async fn release(mut self) -> Result<Unlock> {
         self.armed = false;
-        self.shared.release().await
+        self.shared.release(false).await
     }
 
     /// Blocking twin of [`renew`](Self::renew).
@@ -265,7 +299,7 @@ impl<S: Store> LockGuard<S> {
         crate::blocking::block_on(
             shared.locks.store().runtime(),
             "blocking_release",
-            async move { shared.release().await },
+            async move { shared.release(false).await },
         )
     }
 }
@@ -279,7 +313,7 @@ impl<S: Store> Drop for LockGuard<S> {
         // lease we release is the current one), then compare-and-delete.
         let shared = self.shared.clone();
         crate::blocking::spawn_handle(self.shared.locks.store().runtime()).spawn(async move {
-            let _ = shared.release().await;
+            let _ = shared.release(true).await;
         });
     }
 }

@@ -556,10 +556,13 @@ pub async fn notifier_by(
     notifier: impl Future<Output = Option<Notifier>>,
     deadline: Option<tokio::time::Instant>,
 ) -> Option<Notifier> {
-    tokio::time::timeout_at(bound(deadline), notifier)
-        .await
-        .ok()
-        .flatten()
+    match tokio::time::timeout_at(bound(deadline), notifier).await {
+        Ok(notifier) => notifier,
+        Err(_) => {
+            crate::observe::fallback_to_polling("*", &"the notifier did not connect in time");
+            None
+        }
+    }
 }
 
 /// Interest in one channel. Dropping it unsubscribes when it was the channel's last watcher.
@@ -643,10 +646,25 @@ impl Watch {
     /// [`subscribed`](Self::subscribed) bounded by `deadline` and [`SUBSCRIBE_LIMIT`] from now;
     /// true if the channel is subscribed.
     pub async fn subscribed_by(&self, deadline: Option<tokio::time::Instant>) -> bool {
-        matches!(
-            tokio::time::timeout_at(bound(deadline), self.subscribed()).await,
-            Ok(Ok(()))
-        )
+        let until = bound(deadline);
+        match tokio::time::timeout_at(until, self.subscribed()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                crate::observe::fallback_to_polling(&self.name, &e);
+                false
+            }
+            Err(_) => {
+                // Late past the limit (not merely past the caller's own deadline): the waiter
+                // polls from here on.
+                if deadline.is_none_or(|d| d > until) {
+                    crate::observe::fallback_to_polling(
+                        &self.name,
+                        &"the subscription was not acknowledged in time",
+                    );
+                }
+                false
+            }
+        }
     }
 }
 

@@ -215,6 +215,10 @@ impl<S: Store> Kind for Step<S> {
         None
     }
 
+    fn label(&self) -> &'static str {
+        "redlock"
+    }
+
     async fn attempt(&self, value: &str) -> Result<Attempt<RedlockLease>> {
         Ok(
             match self.redlock.attempt(&self.key, self.ttl, value).await {

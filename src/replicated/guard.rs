@@ -16,6 +16,7 @@ use super::{ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
 use crate::error::Result;
 use crate::guard::{Liveness, Renewal};
 use crate::lease::Lease;
+use crate::observe::{Hold, ReleaseOutcome};
 use crate::store::ReplicaStore;
 
 struct Shared<S: ReplicaStore> {
@@ -54,7 +55,8 @@ impl<S: ReplicaStore> Shared<S> {
         outcome
     }
 
-    async fn release(&self) -> Result<ReplicatedRelease> {
+    /// Stop renewing and give the lease back; `background` for a dropped guard's release.
+    async fn release(&self, background: bool) -> Result<ReplicatedRelease> {
         self.live.stop_watchdog().await;
         if self.live.pending_renewal().is_some() {
             // A renewal whose reply was lost may have rotated the lease: learn the lease in
@@ -77,6 +79,16 @@ impl<S: ReplicaStore> Shared<S> {
         let lease = self.current();
         let outcome = self.lock.release(&self.name, &lease).await;
         self.live.mark_lost();
+        self.live.released(
+            match &outcome {
+                Ok(
+                    ReplicatedRelease::Released { .. } | ReplicatedRelease::NotAcknowledged { .. },
+                ) => ReleaseOutcome::Released,
+                Ok(_) => ReleaseOutcome::NotHeld,
+                Err(e) => ReleaseOutcome::Failed(e),
+            },
+            background,
+        );
         outcome
     }
 }
@@ -162,7 +174,11 @@ impl<S: ReplicaStore> ReplicatedGuard<S> {
             lock,
             name: name.to_owned(),
             ttl,
-            live: Liveness::new(lease.deadline()),
+            live: Liveness::new(lease.deadline()).observed(Hold::new(
+                "replicated",
+                name,
+                Some(lease.fence()),
+            )),
             lease: Mutex::new(lease),
         });
         let handle = crate::blocking::spawn_handle(shared.lock.locks().store().runtime())
@@ -227,7 +243,7 @@ impl<S: ReplicaStore> ReplicatedGuard<S> {
     /// plus the lease, since the watchdog is stopped first).
     pub async fn release(mut self) -> Result<ReplicatedRelease> {
         self.armed = false;
-        self.shared.release().await
+        self.shared.release(false).await
     }
 }
 
@@ -241,7 +257,7 @@ impl<S: ReplicaStore> Drop for ReplicatedGuard<S> {
         let shared = self.shared.clone();
         crate::blocking::spawn_handle(self.shared.lock.locks().store().runtime()).spawn(
             async move {
-                let _ = shared.release().await;
+                let _ = shared.release(true).await;
             },
         );
     }

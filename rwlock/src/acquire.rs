@@ -11,9 +11,13 @@ use std::time::Duration;
 use tairlock::engine::{self, Attempt, Kind, Patience};
 use tairlock::{Owner, Result, Store};
 
-use crate::guard::{GuardNoSend, ReadGuard, Slot, WriteGuard};
+use crate::guard::{GuardNoSend, ReadGuard, WriteGuard};
 use crate::hold::{Credential, Hold};
-use crate::lock::{OwnerKey, Preference, ReadAttempt, RwLock, WriteAttempt};
+use crate::lock::RwLock;
+use crate::options::Preference;
+use crate::registry::OwnerKey;
+use crate::registry::Slot;
+use crate::types::{ReadAttempt, WriteAttempt};
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +58,26 @@ impl<S: Store> Kind for Step<S> {
             Mode::Read => match rw.read_acquire(name, nonce, ttl).await? {
                 ReadAttempt::Acquired { lease, .. } => {
                     let cred = Credential::Read(nonce.to_owned());
-                    Attempt::Acquired(Hold::start(rw.clone(), name, cred, ttl, lease.deadline()))
+                    Attempt::Acquired(Hold::start(
+                        rw.leases.clone(),
+                        name,
+                        cred,
+                        ttl,
+                        lease.deadline(),
+                    ))
                 }
                 ReadAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
             },
             Mode::Write => match rw.write_acquire(name, nonce, ttl, self.intent).await? {
                 WriteAttempt::Acquired(lease) => {
                     let cred = Credential::Write(lease.lease().clone());
-                    Attempt::Acquired(Hold::start(rw.clone(), name, cred, ttl, lease.deadline()))
+                    Attempt::Acquired(Hold::start(
+                        rw.leases.clone(),
+                        name,
+                        cred,
+                        ttl,
+                        lease.deadline(),
+                    ))
                 }
                 WriteAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
             },

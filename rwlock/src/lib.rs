@@ -133,17 +133,24 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod decode;
 mod guard;
 mod hold;
+mod leases;
 mod lock;
+mod options;
+mod registry;
 pub mod scripts;
 #[cfg(all(test, tairlock_loom))]
 mod tests;
 pub mod two_step;
+mod types;
 
 pub use crate::guard::{GuardNoSend, GuardSend, ReadGuard, Release, WriteGuard};
-pub use crate::lock::{
-    Blocker, IntentInfo, Options, Preference, ReadAttempt, ReadLease, ReaderInfo, RwInspection,
-    RwKeys, RwLock, RwState, WriteAttempt, WriteLease,
-};
+pub use crate::lock::RwLock;
+pub use crate::options::{Options, Preference};
 pub use crate::two_step::{TwoStepKeys, TwoStepRwLock, TwoStepWrite};
+pub use crate::types::{
+    Blocker, IntentInfo, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
+    WriteAttempt, WriteLease,
+};

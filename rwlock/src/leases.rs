@@ -151,6 +151,8 @@ impl<S: Store> Leases<S> {
                     lease_ms.to_string(),
                     intent_ms.to_string(),
                     self.retention_ms(),
+                    keys.channel,
+                    self.publish_command(),
                 ],
             )
             .await?;

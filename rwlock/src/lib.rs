@@ -141,6 +141,8 @@ mod lock;
 mod options;
 mod registry;
 pub mod scripts;
+mod share;
+mod share_state;
 #[cfg(all(test, tairlock_loom))]
 mod tests;
 pub mod two_step;

@@ -38,6 +38,15 @@ pub struct Options {
     pub fence_retention: Duration,
     /// How waiting acquires wait (default: by release notification).
     pub wait: tairlock::WaitStrategy,
+    /// Whether the local readers of a lock share one server read hold (default off): the first
+    /// reader's acquire reaches the server, later ones join it with no round trip, and the last
+    /// one's release gives it back (or lets it linger). A writer's intent revokes it. Needs
+    /// release notifications (a store without them reads unshared). See `docs/rwlock.md`.
+    pub share_reads: bool,
+    /// With [`share_reads`](Self::share_reads): how long an idle shared read hold is kept for
+    /// the next local reader before it is given back (default 5 ms; zero: given back at once).
+    /// A writer's intent ends it at once; one that was not heard waits at most this long.
+    pub linger: Duration,
 }
 
 impl Default for Options {
@@ -49,6 +58,8 @@ impl Default for Options {
             intent_lease: Duration::from_secs(1),
             fence_retention: Duration::from_secs(60),
             wait: tairlock::WaitStrategy::default(),
+            share_reads: false,
+            linger: Duration::from_millis(5),
         }
     }
 }
@@ -87,6 +98,19 @@ impl Options {
     /// How to wait for a busy lock.
     pub fn wait(mut self, wait: tairlock::WaitStrategy) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Share one server read hold among the local readers of a lock (see
+    /// [`share_reads`](Self::share_reads)).
+    pub fn share_reads(mut self, share: bool) -> Self {
+        self.share_reads = share;
+        self
+    }
+
+    /// How long an idle shared read hold lingers (see [`linger`](Self::linger)).
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
         self
     }
 }

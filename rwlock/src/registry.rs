@@ -1,5 +1,5 @@
-//! The owner registry: each owner's reentrant holds ([`Slot`]: a server hold and a depth), and
-//! the per-client local state they live in.
+//! The owner registry: each owner's reentrant holds ([`Slot`]: a server hold and a depth), the
+//! shared read holds by lock name, and the per-client local state they live in.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tairlock::{Error, ErrorKind, Result, Store};
 
 use crate::hold::Hold;
+use crate::share::Shared;
 use crate::types::Release;
 
 /// Identifies an owner of reentrant holds: a thread (blocking API) or an explicit
@@ -20,11 +21,12 @@ pub(crate) enum OwnerKey {
 
 pub(crate) type HoldKey = (OwnerKey, String);
 
-/// Per-client local state: the engine's waiters (a FIFO queue per lock name), and the reentrant
-/// holds of every owner.
+/// Per-client local state: the engine's waiters (a FIFO queue per lock name), the reentrant
+/// holds of every owner, and the shared read hold of each lock name (when reads are shared).
 pub(crate) struct Local<S: Store> {
     pub(crate) waiters: tairlock::engine::Waiters,
     holds: Mutex<HashMap<HoldKey, Arc<Slot<S>>>>,
+    shared: Mutex<HashMap<String, Arc<Shared<S>>>>,
 }
 
 impl<S: Store> Default for Local<S> {
@@ -32,6 +34,7 @@ impl<S: Store> Default for Local<S> {
         Local {
             waiters: Default::default(),
             holds: Mutex::default(),
+            shared: Mutex::default(),
         }
     }
 }
@@ -52,6 +55,41 @@ impl<S: Store> Local<S> {
         true
     }
 
+    /// Join the shared read hold on `name`, no round trip: `None` when there is none, or it
+    /// takes nobody any more (revoked, closed, lost; it is forgotten then).
+    pub(crate) fn join_shared(&self, name: &str) -> Option<Arc<Shared<S>>> {
+        let mut shared = self.shared.lock();
+        let entry = shared.get(name)?;
+        if entry.join() {
+            return Some(entry.clone());
+        }
+        shared.remove(name);
+        None
+    }
+
+    /// Make `entry` the shared read hold on `name`, replacing a finished one.
+    pub(crate) fn install_shared(&self, name: &str, entry: &Arc<Shared<S>>) {
+        self.shared.lock().insert(name.to_owned(), entry.clone());
+    }
+
+    /// A local writer wants `name`: revoke its shared read hold (released now when idle, else
+    /// when its last local reader leaves; nobody joins it any more).
+    pub(crate) fn revoke_shared(&self, name: &str) {
+        let entry = self.shared.lock().remove(name);
+        if let Some(entry) = entry {
+            entry.revoke();
+        }
+    }
+
+    /// The local readers on `name`'s shared read hold (0 without one).
+    pub(crate) fn shared_readers(&self, name: &str) -> usize {
+        self.shared
+            .lock()
+            .get(name)
+            .filter(|e| e.is_open())
+            .map_or(0, |e| e.readers())
+    }
+
     /// Remove `key`'s entry if it is `slot`.
     pub(crate) fn unregister(&self, key: &HoldKey, slot: &Slot<S>) {
         let mut holds = self.holds.lock();
@@ -64,17 +102,21 @@ impl<S: Store> Local<S> {
     }
 }
 
-/// One owner's hold on one lock: the server hold and how many guards stand on it.
+/// One owner's hold on one lock: the server hold (its own, or a share of the client's shared
+/// read hold) and how many guards stand on it.
 pub(crate) struct Slot<S: Store> {
     pub(crate) hold: Arc<Hold<S>>,
+    shared: Option<Arc<Shared<S>>>,
     depth: Mutex<usize>,
     registered: Mutex<Option<(Weak<Local<S>>, HoldKey)>>,
 }
 
 impl<S: Store> Slot<S> {
-    pub(crate) fn new(hold: Arc<Hold<S>>) -> Arc<Self> {
+    /// A slot on `hold`, a share of `shared` when given (whose hold `hold` then is).
+    pub(crate) fn new(hold: Arc<Hold<S>>, shared: Option<Arc<Shared<S>>>) -> Arc<Self> {
         Arc::new(Slot {
             hold,
+            shared,
             depth: Mutex::new(1),
             registered: Mutex::new(None),
         })
@@ -144,12 +186,16 @@ impl<S: Store> Slot<S> {
         *self.depth.lock()
     }
 
-    /// Leave one level and, on the last, release the hold now. The release runs as a task of
-    /// its own, so it completes (the watchdog stopped, the lease given back) even if the caller
-    /// stops waiting for it.
+    /// Leave one level and, on the last, release the hold now (or leave the shared hold, which
+    /// its last local reader releases or lets linger). The release runs as a task of its own,
+    /// so it completes (the watchdog stopped, the lease given back) even if the caller stops
+    /// waiting for it.
     pub(crate) async fn release(&self) -> Result<Release> {
         if !self.exit() {
             return Ok(Release::StillHeld);
+        }
+        if let Some(shared) = &self.shared {
+            return shared.clone().leave().await;
         }
         let hold = self.hold.clone();
         tairlock::blocking::spawn_handle(hold.leases().store().runtime())
@@ -166,6 +212,10 @@ impl<S: Store> Slot<S> {
     /// Leave one level and, on the last, release the hold in the background (never blocks).
     pub(crate) fn release_in_background(&self) {
         if self.exit() {
+            if let Some(shared) = &self.shared {
+                shared.clone().leave_in_background();
+                return;
+            }
             let hold = self.hold.clone();
             tairlock::blocking::spawn_handle(hold.leases().store().runtime()).spawn(async move {
                 let _ = hold.release().await;

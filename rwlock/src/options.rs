@@ -43,7 +43,7 @@ pub struct Options {
     /// one's release gives it back (or lets it linger). A writer's intent revokes it. Needs
     /// release notifications (a store without them reads unshared). See `docs/rwlock.md`.
     pub share_reads: bool,
-    /// With [`share_reads`](Self::share_reads): how long an idle shared read hold is kept for
+    /// With `share_reads`: how long an idle shared read hold is kept for
     /// the next local reader before it is given back (default 5 ms; zero: given back at once).
     /// A writer's intent ends it at once; one that was not heard waits at most this long.
     pub linger: Duration,
@@ -101,14 +101,14 @@ impl Options {
         self
     }
 
-    /// Share one server read hold among the local readers of a lock (see
-    /// [`share_reads`](Self::share_reads)).
+    /// Share one server read hold among the local readers of a lock (see the `share_reads`
+    /// field).
     pub fn share_reads(mut self, share: bool) -> Self {
         self.share_reads = share;
         self
     }
 
-    /// How long an idle shared read hold lingers (see [`linger`](Self::linger)).
+    /// How long an idle shared read hold lingers (see the `linger` field).
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
         self

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use support::cluster::RedisCluster;
 use support::server::RedisServer;
 use tairlock::{MemoryStore, Owner, Store};
 use tairlock_rwlock::{Options, Release, RwLock};
@@ -48,6 +49,25 @@ async fn redis() -> Pair<tairlock::RedisStore> {
         b,
         server: Some(server),
     }
+}
+
+async fn cluster_pair(cluster: &RedisCluster) -> Pair<tairlock::ClusterStore> {
+    let (a, b) = (cluster.store().await, cluster.store().await);
+    for store in [&a, &b] {
+        let notifier = tairlock::notify::notifier_by(store, None).await.unwrap();
+        notifier.watch("warm-up").await.unwrap();
+    }
+    Pair { a, b, server: None }
+}
+
+/// On a Redis Cluster (sharded pub/sub: the intent is announced with `SPUBLISH`), as on one
+/// server: revocation, waiting writers, exclusion across clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_three_master_cluster() {
+    let cluster = RedisCluster::start(3);
+    a_writer_revokes_another_clients_lingering_hold_at_once(cluster_pair(&cluster).await).await;
+    a_waiting_writer_keeps_new_local_readers_out(cluster_pair(&cluster).await).await;
+    writers_never_run_beside_readers_of_any_client(cluster_pair(&cluster).await).await;
 }
 
 fn shared<S: Store>(store: &S, linger: Duration) -> RwLock<S> {

@@ -369,7 +369,7 @@ async fn writers_never_run_beside_readers_of_any_client<S: Store>(p: Pair<S>) {
                 let mut i = 0usize;
                 while tokio::time::Instant::now() < stop {
                     i += 1;
-                    if (i + t + c) % 10 == 0 {
+                    if (i + t + c).is_multiple_of(10) {
                         let w = rw.write("doc").await.unwrap();
                         assert!(!writer_in.swap(true, Ordering::SeqCst), "two writers");
                         assert_eq!(

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
+use tairlock::reentrant::Depth;
 use tairlock::{Error, ErrorKind, Result, Store};
 
 use crate::hold::Hold;
@@ -107,7 +108,8 @@ impl<S: Store> Local<S> {
 pub(crate) struct Slot<S: Store> {
     pub(crate) hold: Arc<Hold<S>>,
     shared: Option<Arc<Shared<S>>>,
-    depth: Mutex<usize>,
+    /// The core's reentrancy count.
+    depth: Depth,
     registered: Mutex<Option<(Weak<Local<S>>, HoldKey)>>,
 }
 
@@ -117,7 +119,7 @@ impl<S: Store> Slot<S> {
         Arc::new(Slot {
             hold,
             shared,
-            depth: Mutex::new(1),
+            depth: Depth::new(),
             registered: Mutex::new(None),
         })
     }
@@ -134,44 +136,37 @@ impl<S: Store> Slot<S> {
     /// A write wanted on a read hold (upgrade: refused, as waiting for it would deadlock on our
     /// own read); a lost lease.
     pub(crate) fn reenter(&self, write: bool) -> Result<bool> {
-        let mut depth = self.depth.lock();
-        if *depth == 0 {
-            return Ok(false);
-        }
-        if write && !self.hold.is_write() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "read→write upgrade refused on {}: this owner holds it for reading, and \
-                     waiting for the write lock would wait for itself; release the read lock \
-                     first, or take the write lock first and downgrade",
-                    self.hold.name()
-                ),
-            ));
-        }
-        if self.hold.is_lost() {
-            return Err(Error::new(
-                ErrorKind::LeaseLost,
-                format!(
-                    "re-entry refused: the lease on {} is lost",
-                    self.hold.name()
-                ),
-            ));
-        }
-        *depth += 1;
-        Ok(true)
+        self.depth.enter(|| {
+            if write && !self.hold.is_write() {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "read→write upgrade refused on {}: this owner holds it for reading, and \
+                         waiting for the write lock would wait for itself; release the read lock \
+                         first, or take the write lock first and downgrade",
+                        self.hold.name()
+                    ),
+                ));
+            }
+            if self.hold.is_lost() {
+                return Err(Error::new(
+                    ErrorKind::LeaseLost,
+                    format!(
+                        "re-entry refused: the lease on {} is lost",
+                        self.hold.name()
+                    ),
+                ));
+            }
+            Ok(true)
+        })
     }
 
     /// Leave one level: true when it was the last (the caller then releases the hold). The
     /// reentrancy entry is removed *before* any release is sent, so a failed release never
     /// leaves it claiming ownership.
     pub(crate) fn exit(&self) -> bool {
-        {
-            let mut depth = self.depth.lock();
-            *depth = depth.saturating_sub(1);
-            if *depth > 0 {
-                return false;
-            }
+        if !self.depth.exit() {
+            return false;
         }
         let registered = self.registered.lock().take();
         if let Some((local, key)) = registered
@@ -183,7 +178,7 @@ impl<S: Store> Slot<S> {
     }
 
     pub(crate) fn depth(&self) -> usize {
-        *self.depth.lock()
+        self.depth.get()
     }
 
     /// Leave one level and, on the last, release the hold now (or leave the shared hold, which

@@ -47,46 +47,93 @@ use crate::guard::LockGuard;
 use crate::store::Store;
 use crate::sync::Mutex;
 
+/// How many levels one owner holds one lock at: the reentrancy count behind every reentrant
+/// hold (this crate's [`ReentrantLock`] and `tairlock-rwlock`'s owner-keyed holds).
+///
+/// It starts at 1 (the outermost acquire). [`enter`](Self::enter) adds a level unless the count
+/// is finished (back at 0: the final release is under way) or the caller's check refuses;
+/// [`exit`](Self::exit) removes one and says when it was the last. The check runs with the
+/// count locked, so a concurrent last exit cannot slip between it and the increment.
+#[derive(Debug)]
+pub struct Depth {
+    depth: Mutex<usize>,
+}
+
+impl Default for Depth {
+    fn default() -> Self {
+        Depth::new()
+    }
+}
+
+impl Depth {
+    /// A count of 1: the outermost level.
+    pub fn new() -> Self {
+        Depth {
+            depth: Mutex::new(1),
+        }
+    }
+
+    /// Enter one more level: `Ok(true)` if entered, `Ok(false)` when the count is finished or
+    /// `check` answers false (the hold is gone), `check`'s error when it refuses.
+    ///
+    /// # Errors
+    ///
+    /// Whatever `check` returns (a lost lease, a refused upgrade, ...).
+    pub fn enter(&self, check: impl FnOnce() -> Result<bool>) -> Result<bool> {
+        let mut depth = self.depth.lock();
+        if *depth == 0 || !check()? {
+            return Ok(false);
+        }
+        *depth += 1;
+        Ok(true)
+    }
+
+    /// Leave one level: true when it was the last (the caller releases the hold then).
+    pub fn exit(&self) -> bool {
+        let mut depth = self.depth.lock();
+        *depth = depth.saturating_sub(1);
+        *depth == 0
+    }
+
+    /// Levels held now (0: finished).
+    pub fn get(&self) -> usize {
+        *self.depth.lock()
+    }
+}
+
 /// One owner's hold on one lock: the real guard and the depth.
 pub(crate) struct Slot<S: Store> {
     guard: Mutex<Option<LockGuard<S>>>,
-    depth: Mutex<usize>,
+    depth: Depth,
 }
 
 impl<S: Store> Slot<S> {
     pub(crate) fn new(guard: LockGuard<S>) -> Arc<Self> {
         Arc::new(Slot {
             guard: Mutex::new(Some(guard)),
-            depth: Mutex::new(1),
+            depth: Depth::new(),
         })
     }
 
     /// Enter again if still held: true on success, an error if the lease is lost, false if the
     /// slot is finished (depth 0).
     pub(crate) fn reenter(&self) -> Result<bool> {
-        let mut depth = self.depth.lock();
-        if *depth == 0 {
-            return Ok(false);
-        }
-        let guard = self.guard.lock();
-        match guard.as_ref() {
-            Some(g) if g.is_lost() => Err(Error::new(
-                ErrorKind::LeaseLost,
-                format!("re-entry refused: the lease on {} is lost", g.name()),
-            )),
-            Some(_) => {
-                *depth += 1;
-                Ok(true)
+        self.depth.enter(|| {
+            let guard = self.guard.lock();
+            match guard.as_ref() {
+                Some(g) if g.is_lost() => Err(Error::new(
+                    ErrorKind::LeaseLost,
+                    format!("re-entry refused: the lease on {} is lost", g.name()),
+                )),
+                Some(_) => Ok(true),
+                None => Ok(false),
             }
-            None => Ok(false),
-        }
+        })
     }
 
     /// Leave one level; the real guard when this was the last.
     pub(crate) fn exit(&self) -> Option<LockGuard<S>> {
-        let mut depth = self.depth.lock();
-        *depth = depth.saturating_sub(1);
-        if *depth == 0 {
+        if self.depth.exit() {
             self.guard.lock().take()
         } else {
             None
@@ -274,7 +321,7 @@ impl<S: Store> ReentrantLock<S> {
                 slots
                     .get(&self.client)
                     .and_then(|s| s.get(name))
-                    .map(|slot| *slot.depth.lock())
+                    .map(|slot| slot.depth.get())
             })
             .unwrap_or(0)
     }
@@ -283,7 +330,7 @@ impl<S: Store> ReentrantLock<S> {
     pub fn thread_held_depth(&self, name: &str) -> usize {
         self.threads
             .get()
-            .and_then(|slots| slots.borrow().get(name).map(|s| *s.depth.lock()))
+            .and_then(|slots| slots.borrow().get(name).map(|s| s.depth.get()))
             .unwrap_or(0)
     }
 
@@ -432,7 +479,7 @@ pub struct ReentrantGuard<S: Store> {
 impl<S: Store> fmt::Debug for ReentrantGuard<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReentrantGuard")
-            .field("depth", &*self.slot().depth.lock())
+            .field("depth", &self.slot().depth.get())
             .finish()
     }
 }
@@ -539,7 +586,7 @@ pub struct OwnedReentrantGuard<S: Store> {
 impl<S: Store> fmt::Debug for OwnedReentrantGuard<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OwnedReentrantGuard")
-            .field("depth", &*self.slot().depth.lock())
+            .field("depth", &self.slot().depth.get())
             .finish()
     }
 }

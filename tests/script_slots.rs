@@ -266,8 +266,10 @@ async fn every_script_declares_keys_of_one_slot() {
             "force_unlock",
             "rw_downgrade",
             "rw_read_release",
-            "rw_write_abandon"
+            "rw_write_abandon",
+            "rw_write_acquire"
         ],
-        "the scripts that announce releases (with SPUBLISH on a sharded store)"
+        "the scripts that announce releases or a writer's intent (with SPUBLISH on a sharded \
+         store)"
     );
 }

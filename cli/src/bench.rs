@@ -17,6 +17,7 @@
 //! | `expire-lock-cycle-scripted` | the same with the release always by the `EXPIRE_UNLOCK` script | floor cycle |
 //! | `reentrant-reacquire` | re-entry + release of a held reentrant lock | — (zero commands) |
 //! | `rw-read-cycle` | RW read acquire + read release | floor cycle |
+//! | `rw-read-heavy`, `rw-read-heavy-unshared` | one read of 4 clients × 16 tasks, 95% reads / 5% writes on one key, shared read holds on / off (see [`rw_read_heavy`]) | — (commands per read; writer max wait) |
 //! | `legacy-getset-cycle` | GetSetLock (ms unit) acquire + release: SETNX; GET + DEL | floor cycle |
 //! | `legacy-scripted-cycle` | ScriptedLock acquire + release | floor cycle |
 //! | `contended-handoff` | one acquisition by one of 8 workers holding 1 ms; latency = release → next holder | PING |
@@ -54,6 +55,9 @@ use tairlock::{
     Acquire, ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, Owner, RedisStore, Redlock,
     RedlockOptions, ReentrantLock, Reply, Script, Store, Ttl,
 };
+
+#[path = "bench_rw_read_heavy.rs"]
+pub mod rw_read_heavy;
 
 /// The floor's compare-and-delete.
 static FLOOR_CAD: Script = Script::new(
@@ -104,13 +108,15 @@ pub struct BenchConfig {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 20] = [
+pub const SCENARIOS: [&str; 22] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
     "expire-lock-cycle-scripted",
     "reentrant-reacquire",
     "rw-read-cycle",
+    "rw-read-heavy",
+    "rw-read-heavy-unshared",
     "legacy-getset-cycle",
     "legacy-scripted-cycle",
     "contended-handoff",
@@ -738,6 +744,8 @@ pub async fn run<S: BenchStore>(
                     s.ops + 50,
                 )
             }
+            "rw-read-heavy" => rw_read_heavy::rw_read_heavy(&store, d, true).await?,
+            "rw-read-heavy-unshared" => rw_read_heavy::rw_read_heavy(&store, d, false).await?,
             "contended-handoff" => contended(&store, 8, d, Handoff::Notify, ping_p50).await?,
             "contended-separate-clients" => {
                 let how = Handoff::Separate { fair: false };

@@ -11,9 +11,14 @@ use std::time::Duration;
 use tairlock::engine::{self, Attempt, Kind, Patience};
 use tairlock::{Owner, Result, Store};
 
-use crate::guard::{GuardNoSend, ReadGuard, Slot, WriteGuard};
+use crate::guard::{GuardNoSend, ReadGuard, WriteGuard};
 use crate::hold::{Credential, Hold};
-use crate::lock::{OwnerKey, Preference, ReadAttempt, RwLock, WriteAttempt};
+use crate::lock::RwLock;
+use crate::options::Preference;
+use crate::registry::OwnerKey;
+use crate::registry::Slot;
+use crate::share::{Armed, Shared};
+use crate::types::{ReadAttempt, WriteAttempt};
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,11 +39,50 @@ struct Step<S: Store> {
     ttl: Duration,
     /// A waiting writer's intent lease, under writer preference.
     intent: Option<Duration>,
+    /// Reads join (or start) the client's shared read hold on the lock.
+    share: bool,
+}
+
+/// What an attempt got: a server hold, shared by the client's local readers when `Some`.
+type Got<S> = (Arc<Hold<S>>, Option<Arc<Shared<S>>>);
+
+impl<S: Store> Step<S> {
+    /// A shared read: join the client's shared hold (no round trip), else take a server read
+    /// hold with a listener on the lock's channel armed first, and share it. Without release
+    /// notifications the hold is not shared (a writer's intent would go unheard).
+    async fn shared_read(&self, nonce: &str) -> Result<Attempt<Got<S>>> {
+        let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
+        if let Some(shared) = rw.local.join_shared(name) {
+            return Ok(Attempt::Acquired((shared.hold().clone(), Some(shared))));
+        }
+        let store = rw.store();
+        let mut armed = None;
+        if let Some(notifier) = tairlock::notify::notifier_by(store.notifier(), None).await {
+            let watch = notifier.register(&self.channel);
+            if watch.subscribed_by(None).await {
+                armed = Some(Armed::arm(store, watch).await);
+            }
+        }
+        match rw.read_acquire(name, nonce, ttl).await? {
+            ReadAttempt::Acquired { lease, .. } => {
+                let cred = Credential::Read(nonce.to_owned());
+                let hold = Hold::start(rw.leases.clone(), name, cred, ttl, lease.deadline());
+                let Some(armed) = armed else {
+                    return Ok(Attempt::Acquired((hold, None)));
+                };
+                let shared = Shared::new(hold.clone(), rw.options().linger);
+                armed.start(&shared);
+                rw.local.install_shared(name, &shared);
+                Ok(Attempt::Acquired((hold, Some(shared))))
+            }
+            ReadAttempt::Blocked { remaining, .. } => Ok(Attempt::Busy { remaining }),
+        }
+    }
 }
 
 impl<S: Store> Kind for Step<S> {
     type Store = S;
-    type Held = Arc<Hold<S>>;
+    type Held = Got<S>;
 
     fn store(&self) -> &S {
         self.rw.store()
@@ -55,27 +99,36 @@ impl<S: Store> Kind for Step<S> {
         }
     }
 
-    fn fence(&self, hold: &Arc<Hold<S>>) -> Option<u64> {
+    fn fence(&self, (hold, _): &Got<S>) -> Option<u64> {
         match hold.credential() {
             Credential::Write(lease) => Some(lease.fence()),
             Credential::Read(_) => None,
         }
     }
 
-    async fn attempt(&self, nonce: &str) -> Result<Attempt<Arc<Hold<S>>>> {
+    async fn attempt(&self, nonce: &str) -> Result<Attempt<Got<S>>> {
+        if self.share && self.mode == Mode::Read {
+            return self.shared_read(nonce).await;
+        }
         let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
         Ok(match self.mode {
             Mode::Read => match rw.read_acquire(name, nonce, ttl).await? {
                 ReadAttempt::Acquired { lease, .. } => {
                     let cred = Credential::Read(nonce.to_owned());
-                    Attempt::Acquired(Hold::start(rw.clone(), name, cred, ttl, lease.deadline()))
+                    Attempt::Acquired((
+                        Hold::start(rw.leases.clone(), name, cred, ttl, lease.deadline()),
+                        None,
+                    ))
                 }
                 ReadAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
             },
             Mode::Write => match rw.write_acquire(name, nonce, ttl, self.intent).await? {
                 WriteAttempt::Acquired(lease) => {
                     let cred = Credential::Write(lease.lease().clone());
-                    Attempt::Acquired(Hold::start(rw.clone(), name, cred, ttl, lease.deadline()))
+                    Attempt::Acquired((
+                        Hold::start(rw.leases.clone(), name, cred, ttl, lease.deadline()),
+                        None,
+                    ))
                 }
                 WriteAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
             },
@@ -107,7 +160,7 @@ impl<S: Store> RwLock<S> {
         name: &str,
         mode: Mode,
         patience: Patience,
-    ) -> Result<Option<Arc<Hold<S>>>> {
+    ) -> Result<Option<Got<S>>> {
         let ttl = self.options().watchdog_lease;
         tairlock::ttl_ms(ttl)?;
         let keys = self.keys(name)?;
@@ -118,6 +171,19 @@ impl<S: Store> RwLock<S> {
             }
             _ => None,
         };
+        let share = self.options().share_reads;
+        if share
+            && mode == Mode::Read
+            && let Some(shared) = self.local.join_shared(name)
+        {
+            // The client's shared read hold takes us: no round trip, no queue.
+            return Ok(Some((shared.hold().clone(), Some(shared))));
+        }
+        if mode == Mode::Write {
+            // Local readers stop joining, and an idle shared hold goes now: the writer waits
+            // for the reads in progress only.
+            self.local.revoke_shared(name);
+        }
         let step = Step {
             rw: self.clone(),
             name: name.into(),
@@ -125,6 +191,7 @@ impl<S: Store> RwLock<S> {
             mode,
             ttl,
             intent,
+            share,
         };
         let waiters = &self.local.waiters;
         engine::acquire(waiters, name, self.options().wait, patience, step).await
@@ -147,10 +214,10 @@ impl<S: Store> RwLock<S> {
         {
             return Ok(Some(slot));
         }
-        let Some(hold) = self.acquire_hold(name, mode, patience).await? else {
+        let Some((hold, shared)) = self.acquire_hold(name, mode, patience).await? else {
             return Ok(None);
         };
-        let slot = Slot::new(hold);
+        let slot = Slot::new(hold, shared);
         if let Some(key) = key
             && self.local.register(key.clone(), &slot)
         {
@@ -539,6 +606,12 @@ impl<S: Store> RwLock<S> {
         self.local
             .find(&(OwnerKey::Owner(owner.id()), name.to_owned()))
             .map_or(0, |s| s.depth())
+    }
+
+    /// How many local readers share this client's server read hold on `name` now (0 when it
+    /// has none, or it takes nobody any more), with [`Options::share_reads`](crate::Options).
+    pub fn shared_readers(&self, name: &str) -> usize {
+        self.local.shared_readers(name)
     }
 
     /// How many levels the calling thread holds `name` at through the blocking API.

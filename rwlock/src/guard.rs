@@ -6,13 +6,13 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tairlock::{Error, ErrorKind, Lease, Result, Store};
 
-use crate::hold::{Credential, Hold};
-use crate::lock::{HoldKey, Local};
+use crate::hold::Credential;
+use crate::registry::Slot;
+pub use crate::types::Release;
 
 /// Marks a guard that may move between threads (async API): `Send`.
 #[derive(Debug)]
@@ -22,129 +22,6 @@ pub struct GuardSend(());
 /// thread's hold must stay on that thread.
 #[derive(Debug)]
 pub struct GuardNoSend(PhantomData<*const ()>);
-
-/// What [`ReadGuard::release`] and [`WriteGuard::release`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Release {
-    /// This was the owner's last guard on the hold: the lease was given back to the server.
-    Released,
-    /// Outer guards of the same owner still hold the lock; nothing was sent.
-    StillHeld,
-    /// The lease was already gone (it expired, or was taken over); nothing of ours was left to
-    /// give back.
-    Lost,
-}
-
-/// One owner's hold on one lock: the server hold and how many guards stand on it.
-pub(crate) struct Slot<S: Store> {
-    hold: Arc<Hold<S>>,
-    depth: Mutex<usize>,
-    registered: Mutex<Option<(Weak<Local<S>>, HoldKey)>>,
-}
-
-impl<S: Store> Slot<S> {
-    pub(crate) fn new(hold: Arc<Hold<S>>) -> Arc<Self> {
-        Arc::new(Slot {
-            hold,
-            depth: Mutex::new(1),
-            registered: Mutex::new(None),
-        })
-    }
-
-    /// Remember where this slot is registered, so its last exit unregisters it.
-    pub(crate) fn registered_at(&self, local: &Arc<Local<S>>, key: HoldKey) {
-        *self.registered.lock() = Some((Arc::downgrade(local), key));
-    }
-
-    /// Enter again for `write` (else read): true on success, false if the slot is finished.
-    ///
-    /// # Errors
-    ///
-    /// A write wanted on a read hold (upgrade: refused, as waiting for it would deadlock on our
-    /// own read); a lost lease.
-    pub(crate) fn reenter(&self, write: bool) -> Result<bool> {
-        let mut depth = self.depth.lock();
-        if *depth == 0 {
-            return Ok(false);
-        }
-        if write && !self.hold.is_write() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "read→write upgrade refused on {}: this owner holds it for reading, and \
-                     waiting for the write lock would wait for itself; release the read lock \
-                     first, or take the write lock first and downgrade",
-                    self.hold.name()
-                ),
-            ));
-        }
-        if self.hold.is_lost() {
-            return Err(Error::new(
-                ErrorKind::LeaseLost,
-                format!(
-                    "re-entry refused: the lease on {} is lost",
-                    self.hold.name()
-                ),
-            ));
-        }
-        *depth += 1;
-        Ok(true)
-    }
-
-    /// Leave one level: true when it was the last (the caller then releases the hold). The
-    /// reentrancy entry is removed *before* any release is sent, so a failed release never
-    /// leaves it claiming ownership.
-    fn exit(&self) -> bool {
-        {
-            let mut depth = self.depth.lock();
-            *depth = depth.saturating_sub(1);
-            if *depth > 0 {
-                return false;
-            }
-        }
-        let registered = self.registered.lock().take();
-        if let Some((local, key)) = registered
-            && let Some(local) = local.upgrade()
-        {
-            local.unregister(&key, self);
-        }
-        true
-    }
-
-    pub(crate) fn depth(&self) -> usize {
-        *self.depth.lock()
-    }
-
-    /// Leave one level and, on the last, release the hold now. The release runs as a task of
-    /// its own, so it completes (the watchdog stopped, the lease given back) even if the caller
-    /// stops waiting for it.
-    async fn release(&self) -> Result<Release> {
-        if !self.exit() {
-            return Ok(Release::StillHeld);
-        }
-        let hold = self.hold.clone();
-        tairlock::blocking::spawn_handle(hold.rw().store().runtime())
-            .spawn(async move { hold.release(false).await })
-            .await
-            .unwrap_or_else(|e| {
-                Err(Error::new(
-                    ErrorKind::Server,
-                    format!("the release of {} did not finish: {e}", self.hold.name()),
-                ))
-            })
-    }
-
-    /// Leave one level and, on the last, release the hold in the background (never blocks).
-    fn release_in_background(&self) {
-        if self.exit() {
-            let hold = self.hold.clone();
-            tairlock::blocking::spawn_handle(hold.rw().store().runtime()).spawn(async move {
-                let _ = hold.release(true).await;
-            });
-        }
-    }
-}
 
 macro_rules! common_guard_methods {
     () => {
@@ -246,7 +123,7 @@ impl<S: Store, M> ReadGuard<S, M> {
     pub fn blocking_release(mut self) -> Result<Release> {
         self.armed = false;
         let slot = self.slot.clone();
-        let runtime = slot.hold.rw().store().runtime();
+        let runtime = slot.hold.leases().store().runtime();
         tairlock::blocking::block_on(
             runtime,
             "blocking_release",
@@ -331,7 +208,7 @@ impl<S: Store, M> WriteGuard<S, M> {
     /// When called from inside an async runtime.
     #[track_caller]
     pub fn blocking_downgrade(self) -> Result<ReadGuard<S, M>> {
-        let runtime = self.slot.hold.rw().store().runtime();
+        let runtime = self.slot.hold.leases().store().runtime();
         tairlock::blocking::block_on(runtime, "blocking_downgrade", self.downgrade())
     }
 
@@ -358,7 +235,7 @@ impl<S: Store, M> WriteGuard<S, M> {
     pub fn blocking_release(mut self) -> Result<Release> {
         self.armed = false;
         let slot = self.slot.clone();
-        let runtime = slot.hold.rw().store().runtime();
+        let runtime = slot.hold.leases().store().runtime();
         tairlock::blocking::block_on(
             runtime,
             "blocking_release",

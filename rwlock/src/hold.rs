@@ -10,8 +10,8 @@ use tairlock::observe::{self, ReleaseOutcome};
 use tairlock::{Error, ErrorKind, Lease, Result, Store, Unlock};
 use tokio::time::Instant;
 
-use crate::guard::Release;
-use crate::lock::RwLock;
+use crate::leases::Leases;
+use crate::types::{Release, deadline};
 
 /// What this hold presents to the server.
 #[derive(Debug, Clone)]
@@ -23,7 +23,7 @@ pub(crate) enum Credential {
 }
 
 pub(crate) struct Hold<S: Store> {
-    rw: RwLock<S>,
+    rw: Leases<S>,
     name: String,
     ttl: Duration,
     cred: Mutex<Credential>,
@@ -39,7 +39,7 @@ pub(crate) struct Hold<S: Store> {
 impl<S: Store> Hold<S> {
     /// A hold on `name` with `cred` until `deadline`, renewed by a watchdog every `ttl / 3`.
     pub(crate) fn start(
-        rw: RwLock<S>,
+        rw: Leases<S>,
         name: &str,
         cred: Credential,
         ttl: Duration,
@@ -68,7 +68,7 @@ impl<S: Store> Hold<S> {
         &self.name
     }
 
-    pub(crate) fn rw(&self) -> &RwLock<S> {
+    pub(crate) fn leases(&self) -> &Leases<S> {
         &self.rw
     }
 
@@ -121,8 +121,7 @@ impl<S: Store> Hold<S> {
                 }
                 // Dated from the first send of this renewal; a reply that lands after the old
                 // deadline marks the hold lost for good.
-                self.live
-                    .renewed(Some(crate::lock::deadline(attempt.sent, attempt.ttl)))
+                self.live.renewed(Some(deadline(attempt.sent, attempt.ttl)))
             }
             None => Renewal::Lost,
         })

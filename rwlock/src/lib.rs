@@ -49,7 +49,7 @@
 //! | `<prefix>{name}:r` | sorted set | member: a reader's 128-bit nonce; score: its lease expiry, ms, **server** time | `PEXPIRE` to the longest reader lease | `read_acquire`, `read_renew`, `downgrade`; members removed by `read_release` and reaped by score in every script |
 //! | `<prefix>{name}:wi` | string | the waiting writer's nonce (writer intent) | the intent lease (`PX`, default 1 s), re-asserted while it waits | `write_acquire` when refused; deleted when that writer acquires or gives up |
 //! | `<prefix>{name}:fence` | string | last fencing token issued | write lease + retention (60 s) | `write_acquire`, renew |
-//! | `<prefix>{name}:released` | pub/sub channel | `released` | — | write release, last reader's release, downgrade, abandon |
+//! | `<prefix>{name}:released` | pub/sub channel | `released`; `intent` | — | write release, last reader's release, downgrade, abandon; `write_acquire` raising an intent against live readers |
 //!
 //! # Key layout of [`TwoStepRwLock`]
 //!
@@ -86,6 +86,12 @@
 //!   Only the owner-keyed API is reentrant: a task calling [`read`](RwLock::read) twice makes two
 //!   independent reads, and the second can wait behind a waiting writer that waits for the
 //!   first, as with `tokio::sync::RwLock`.
+//! - **Shared read holds** ([`Options::share_reads`], off by default): the local readers of one
+//!   `RwLock` value (and its clones) share one server reader entry, joined with no round trip;
+//!   an idle one lingers [`Options::linger`] (5 ms) for the next reader. A waiting writer's
+//!   intent, announced on the lock's channel, revokes it in every client: no more joins, given
+//!   back once its readers inside leave. Exclusion, loss reporting (every local reader of a lost
+//!   hold sees it lost), reentrancy and fencing are unchanged. See `docs/rwlock.md`.
 //! - **Bad input changes nothing.** A key of the lock holding a user's data (another type, or a
 //!   string that is not ours) gets a `WRONGTYPE`/`NOTLOCK` error
 //!   ([`ErrorKind::WrongType`](tairlock::ErrorKind::WrongType)); nothing is written.
@@ -133,18 +139,27 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod decode;
 mod guard;
 mod hold;
 mod is_locked;
+mod leases;
 mod lock;
+mod options;
+mod registry;
 pub mod scripts;
+mod share;
+mod share_state;
 #[cfg(all(test, tairlock_loom))]
 mod tests;
 pub mod two_step;
+mod types;
 
 pub use crate::guard::{GuardNoSend, GuardSend, ReadGuard, Release, WriteGuard};
-pub use crate::lock::{
-    Blocker, IntentInfo, Options, Preference, ReadAttempt, ReadLease, ReaderInfo, RwInspection,
-    RwKeys, RwLock, RwState, WriteAttempt, WriteLease,
-};
+pub use crate::lock::RwLock;
+pub use crate::options::{Options, Preference};
 pub use crate::two_step::{TwoStepKeys, TwoStepRwLock, TwoStepWrite};
+pub use crate::types::{
+    Blocker, IntentInfo, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
+    WriteAttempt, WriteLease,
+};

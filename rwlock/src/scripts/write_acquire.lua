@@ -9,6 +9,10 @@
 --   ARGV[3]  intent lease in ms: when refused, mark this writer as waiting for that long
 --            (new readers then stay out: writer preference); 0 announces nothing
 --   ARGV[4]  how long the fence state outlives the lease, in ms
+--   ARGV[5]  optional: the lock's channel <prefix>{name}:released; when given, a newly raised
+--            intent against live readers is announced there ('intent'), so that clients
+--            sharing an idle read hold give it back at once
+--   ARGV[6]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns
 --   {1, lease}                      taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by
 --                                   server time (also when this nonce already holds it: a retry)
@@ -93,5 +97,13 @@ end
 local intent_ms = tonumber(ARGV[3])
 if intent_ms > 0 and (not intent or intent == ARGV[1]) then
   redis.call('SET', KEYS[3], ARGV[1], 'PX', intent_ms)
+  -- Announced once, when raised (a re-assertion stays quiet: this writer listens on the same
+  -- channel, and its own message must not wake it again and again). As for releases, the
+  -- announcement never fails the step.
+  if not intent and blocker == 'readers' and ARGV[5] then
+    if ARGV[6] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[5], 'intent')) == 'table' then
+      redis.pcall('PUBLISH', ARGV[5], 'intent')
+    end
+  end
 end
 return {0, blocker, remaining, readers}

@@ -69,6 +69,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             nonce.as_bytes(),
             Some(Duration::from_millis(intent_ms as u64)),
         );
+        if intent.is_none()
+            && blocker == "readers"
+            && let Some(channel) = args.get(4)
+        {
+            db.publish(channel);
+        }
     }
     Ok(Reply::Array(vec![
         Reply::Int(0),

@@ -2,3 +2,4 @@
 //! run by `scripts/loom.sh`).
 
 mod loom_rwlock;
+mod loom_share;

@@ -46,8 +46,10 @@ LAYERS = [
     ("src/scripts/", ["src/scripts/", "src/script/"] + FOUNDATION),
     # Key naming.
     ("src/keys.rs", ["src/slot.rs"] + FOUNDATION),
+    # Traces and metrics: what the lock kinds report, knowing nothing of them.
+    ("src/observe/", ["src/observe/"] + FOUNDATION),
     # Release notifications: below the stores, which make notifiers.
-    ("src/notify/", ["src/notify/"] + FOUNDATION),
+    ("src/notify/", ["src/notify/", "src/observe/"] + FOUNDATION),
     # The stores run scripts (and `compare_and_delete` is defined as the release script).
     (
         "src/store/",

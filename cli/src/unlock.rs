@@ -6,7 +6,7 @@
 //! | kind | how | refused when |
 //! |---|---|---|
 //! | expire lock | one script ([`ExpireLock::force_unlock`]) | the key is not a string, or not a `tl1:` lease |
-//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (writer, each reader, the intent), each announcing the release to waiters; a hold taken after the snapshot is left alone | any of the lock's keys holds somebody else's data |
+//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone | any of the lock's keys holds somebody else's data |
 //! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
@@ -207,6 +207,15 @@ pub async fn rw<S: Store>(
                 .collect();
             return Ok(report.refused(foreign.join("; ")));
         }
+        // The intent first: once the readers are gone, a waiting writer takes the lock with
+        // the nonce of its intent, and abandoning that nonce afterwards would delete the new
+        // writer's lease as well (a writer still waiting announces its intent again).
+        if let Some(waiting) = &seen.intent {
+            match locks.write_abandon(name, &waiting.nonce).await {
+                Ok(n) => intent |= n > 0,
+                Err(e) => return refuse(e, report),
+            }
+        }
         let mut renewed = false;
         if let Some(lease) = &seen.writer {
             match locks.write_release(name, lease).await {
@@ -220,12 +229,6 @@ pub async fn rw<S: Store>(
             match locks.read_release(name, &reader.nonce).await {
                 Ok(true) => readers += 1,
                 Ok(false) => {}
-                Err(e) => return refuse(e, report),
-            }
-        }
-        if let Some(waiting) = &seen.intent {
-            match locks.write_abandon(name, &waiting.nonce).await {
-                Ok(n) => intent |= n > 0,
                 Err(e) => return refuse(e, report),
             }
         }

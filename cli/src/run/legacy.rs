@@ -148,27 +148,52 @@ async fn watchdog<S: WatchStore>(
             state.send_modify(|s| s.lost = true);
             return;
         }
-        let holding = presentable(&lock, &state).await;
-        match lock.renew(&holding, ttl).await {
-            Ok(Renew::Renewed(renewed)) => {
-                state.send_modify(|s| {
-                    s.deadline = renewed.deadline();
-                    s.holding = renewed;
-                    s.uncertain = false;
-                });
-                pause = interval;
+        match renew_once(&lock, ttl, &state).await {
+            Renewal::Renewed => pause = interval,
+            Renewal::Lost => return,
+            // Retried until the deadline passes.
+            Renewal::Retry => pause = (interval / 4).max(RETRY),
+        }
+    }
+}
+
+/// What one renewal attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// The lease was moved; the state holds the new grant.
+    Renewed,
+    /// A definite answer: the lock is not ours any more (the state says lost).
+    Lost,
+    /// No definite answer: try again.
+    Retry,
+}
+
+/// One renewal, recorded in `state`. A renewal without a reply marks the state uncertain, and
+/// the next attempt presents the key's current value (see [`presentable`]).
+async fn renew_once<S: WatchStore>(
+    lock: &LegacyLock<S>,
+    ttl: Duration,
+    state: &watch::Sender<State>,
+) -> Renewal {
+    let holding = presentable(lock, state).await;
+    match lock.renew(&holding, ttl).await {
+        Ok(Renew::Renewed(renewed)) => {
+            state.send_modify(|s| {
+                s.deadline = renewed.deadline();
+                s.holding = renewed;
+                s.uncertain = false;
+            });
+            Renewal::Renewed
+        }
+        Ok(_) => {
+            state.send_modify(|s| s.lost = true);
+            Renewal::Lost
+        }
+        Err(e) => {
+            if e.is_unanswered() {
+                state.send_modify(|s| s.uncertain = true);
             }
-            Ok(_) => {
-                state.send_modify(|s| s.lost = true);
-                return;
-            }
-            Err(e) => {
-                if e.is_unanswered() {
-                    state.send_modify(|s| s.uncertain = true);
-                }
-                // Retried until the deadline passes.
-                pause = (interval / 4).max(RETRY);
-            }
+            Renewal::Retry
         }
     }
 }
@@ -240,5 +265,93 @@ impl<S: WatchStore> Drop for LegacyHold<S> {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tairlock::{MemoryStore, Store};
+    use tairlock_legacy::{Options, Unit};
+
+    use super::*;
+
+    /// A scripted legacy lock on the embedded store, in milliseconds, and a grant of `key`.
+    async fn held(key: &str) -> (LegacyLock<MemoryStore>, watch::Sender<State>) {
+        let lock = LegacyLock::with_strategy(
+            MemoryStore::new(),
+            Options::default().unit(Unit::Millis),
+            Strategy::Scripted,
+        );
+        let TryAcquire::Acquired(holding) =
+            lock.try_acquire(key, Duration::from_secs(3)).await.unwrap()
+        else {
+            panic!("a fresh key is free");
+        };
+        let state = watch::Sender::new(State {
+            deadline: holding.deadline(),
+            holding,
+            lost: false,
+            uncertain: false,
+        });
+        (lock, state)
+    }
+
+    /// A renewal the server applied but whose reply was lost: the key now holds a timestamp
+    /// this client never saw.
+    async fn renewal_with_a_lost_reply(
+        lock: &LegacyLock<MemoryStore>,
+        state: &watch::Sender<State>,
+    ) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let holding = state.borrow().holding.clone();
+        let applied = lock.renew(&holding, Duration::from_secs(3)).await.unwrap();
+        assert!(matches!(applied, Renew::Renewed(ref h) if h.value() != holding.value()));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    #[tokio::test]
+    async fn a_renewal_after_one_without_a_reply_keeps_the_lease() {
+        let (lock, state) = held("lock.a").await;
+        renewal_with_a_lost_reply(&lock, &state).await;
+        state.send_modify(|s| s.uncertain = true);
+        let ttl = Duration::from_secs(3);
+        assert_eq!(renew_once(&lock, ttl, &state).await, Renewal::Renewed);
+        let now = state.borrow().clone();
+        assert!(!now.lost && !now.uncertain);
+        let stored = lock.store().get("lock.a").await.unwrap().unwrap();
+        assert_eq!(stored, now.holding.value_text().into_bytes());
+        // And the release recognises the grant in effect.
+        assert_eq!(lock.release(&now.holding).await.unwrap(), Release::Released);
+    }
+
+    /// Without the recovery, the same sequence would be taken for another holder: the hold
+    /// would be declared lost on an answer that is not definite.
+    #[tokio::test]
+    async fn presenting_the_old_grant_after_a_lost_reply_is_refused() {
+        let (lock, state) = held("lock.b").await;
+        renewal_with_a_lost_reply(&lock, &state).await;
+        let stale = state.borrow().holding.clone();
+        assert_eq!(
+            lock.renew(&stale, Duration::from_secs(3)).await.unwrap(),
+            Renew::HeldByOther
+        );
+    }
+
+    /// The recovery presents our token: another client's grant is still a definite loss.
+    #[tokio::test]
+    async fn another_grant_after_a_lost_reply_is_a_definite_loss() {
+        let (lock, state) = held("lock.c").await;
+        renewal_with_a_lost_reply(&lock, &state).await;
+        state.send_modify(|s| s.uncertain = true);
+        lock.store().del("lock.c").await.unwrap();
+        assert!(
+            lock.try_acquire("lock.c", Duration::from_secs(3))
+                .await
+                .unwrap()
+                .is_acquired()
+        );
+        let ttl = Duration::from_secs(3);
+        assert_eq!(renew_once(&lock, ttl, &state).await, Renewal::Lost);
+        assert!(state.borrow().lost);
     }
 }

@@ -8,6 +8,7 @@
 //! - The supervision is the same for every kind: a read, write or legacy lease deleted behind the
 //!   command's back stops it and exits 76.
 //! - Flag combinations that make no sense are refused with exit 2 before anything is locked.
+//! - Every kind runs on a Redis Cluster (`--cluster`).
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -513,4 +514,83 @@ fn compound_durations_are_accepted() {
         ms > 5_300_000 && ms <= 5_400_000,
         "--ttl 1h30m gave a lease of {ms} ms"
     );
+}
+
+/// Every kind runs on a Redis Cluster (`--cluster`), excludes as on one server, and is
+/// force-unlocked there.
+#[test]
+fn every_kind_runs_on_a_cluster() {
+    let cluster = support::cluster::RedisCluster::start(3);
+    let urls = cluster.urls().join(",");
+    let scratch = Scratch::new("cluster");
+    let stderr = scratch.file("stderr");
+    let cluster_run = |key: &str, args: &[&str], script: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tairlock"));
+        cmd.args(["run", key, "--cluster", &urls])
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        cmd
+    };
+    let seen = scratch.file("seen");
+    for (key, args, want) in [
+        ("job", &[][..], "tairlock:{job}"),
+        ("job", &["--fair"][..], "tairlock:{job}"),
+        ("catalog", &["--read"][..], "tairlock:{catalog}:r"),
+        ("catalog", &["--write"][..], "tairlock:{catalog}:w"),
+        ("lock.job", &["--legacy"][..], "lock.job"),
+        (
+            "lock.job",
+            &["--legacy", "--legacy-kind", "watch"][..],
+            "lock.job",
+        ),
+    ] {
+        let script = format!("echo \"$TAIRLOCK_KEY\" > {}", seen.display());
+        let status = cluster_run(key, args, &script).status().unwrap();
+        assert!(status.success(), "{args:?}: {}", read(&stderr));
+        assert_eq!(read(&seen).trim(), want, "{args:?}");
+    }
+    // A writer excludes a reader there too; a forced unlock ends the writer's hold.
+    let up = scratch.file("up");
+    let writer_stderr = scratch.file("writer.stderr");
+    let mut writer = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+        .args([
+            "run",
+            "catalog",
+            "--write",
+            "--ttl",
+            "3s",
+            "--cluster",
+            &urls,
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("touch {}; sleep 20", up.display()),
+        ])
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&writer_stderr).unwrap())
+        .spawn()
+        .unwrap();
+    until(Duration::from_secs(10), "the writer", || up.exists());
+    let status = cluster_run("catalog", &["--read", "--wait", "0"], "true")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(75), "{}", read(&stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_tairlock"))
+        .args(["unlock", "--force", "catalog", "--cluster", &urls, "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["writer"], true, "{json}");
+    let status = wait_for(
+        &mut writer,
+        Duration::from_secs(15),
+        "the writer",
+        &writer_stderr,
+    );
+    assert_eq!(status.code(), Some(76), "{}", read(&writer_stderr));
 }

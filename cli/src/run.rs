@@ -1,9 +1,12 @@
 //! `tairlock run KEY -- CMD ARGS…`: run a command while holding a lock, like `flock(1)`.
 //!
-//! The lock is held with the watchdog on (renewed at a third of `--ttl`). The command gets
-//! `TAIRLOCK_KEY` (the lock's Redis key), `TAIRLOCK_NAME` and `TAIRLOCK_FENCE` (the fencing
+//! The lock is held with the watchdog on (renewed at a third of `--ttl`). It is one of the kinds
+//! in [`kinds`]: the expire lock (plain, or `--fair`), a reader/writer lock's read or write side
+//! (`--read`, `--write`), or a legacy `SETNX`/`GETSET` key ([`legacy`], `--legacy`); the
+//! supervision below is the same for all of them. The command gets `TAIRLOCK_KEY` (the key the
+//! hold lives in), `TAIRLOCK_NAME` and, when the kind issues one, `TAIRLOCK_FENCE` (the fencing
 //! token: pass it along with every write, so a resource can reject a holder that was paused past
-//! its lease).
+//! its lease; readers and the `getset` legacy kind get none).
 //!
 //! # The command's process group
 //!

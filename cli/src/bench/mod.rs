@@ -21,7 +21,7 @@
 //! | `legacy-scripted-cycle` | ScriptedLock acquire + release | floor cycle |
 //! | `contended-handoff` | one acquisition by one of 8 workers holding 1 ms; latency = release → next holder | PING |
 //! | `contended-separate-clients` | the same, each worker its own client (its own connection on Redis), as separate processes | PING |
-//! | `contended-fair` | the same in fair mode ([`Options::fair`]) | PING |
+//! | `contended-fair` | the same in fair mode ([`Options::fair`](tairlock::Options::fair)) | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
 //! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
 //! | `local-waiters-N` | one handoff among N waiters in one client | — (commands per handoff) |
@@ -35,7 +35,7 @@
 //! acquisition there.
 //!
 //! On a Redis Cluster (`--cluster`) every scenario runs through a
-//! [`ClusterStore`]; `redis-benchmark-evalsha` and the `memory-per-*` rows are skipped (no
+//! [`ClusterStore`](tairlock::ClusterStore); `redis-benchmark-evalsha` and the `memory-per-*` rows are skipped (no
 //! single server to point them at) and `commands_per_op` counts the client's commands only.
 
 mod contended;

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tairlock::ExpireLock;
 
-use super::BenchRow;
+use super::common::BenchRow;
+use super::common::{locks, options};
 use super::counted::BenchStore;
 use super::floor::FLOOR_CAD;
 use super::sample::Samples;
-use super::scenarios::{locks, options};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Handoff {

@@ -5,7 +5,7 @@
 use tairlock::store::memory::{CommandResult, Db};
 use tairlock::{Reply, Script};
 
-use super::BenchRow;
+use super::common::BenchRow;
 use super::counted::BenchStore;
 use super::sample::row;
 

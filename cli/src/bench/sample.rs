@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::BenchRow;
+use super::common::BenchRow;
 use super::counted::BenchStore;
 
 pub(super) struct Samples {

@@ -8,16 +8,13 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rand::Rng;
 use tairlock::scripts::EXPIRE_UNLOCK;
-use tairlock::{
-    Acquire, ExpireLock, Keyspace, Options, Owner, RedisStore, Redlock, RedlockOptions,
-    ReentrantLock, Store,
-};
+use tairlock::{Acquire, Keyspace, Owner, RedisStore, Redlock, RedlockOptions, ReentrantLock};
 
+use super::common::{BenchConfig, BenchRow, SCENARIOS, bare_error, locks};
 use super::contended::{Handoff, contended};
 use super::counted::{BenchStore, Counted};
 use super::floor::{FLOOR_CAD, redis_benchmark};
 use super::sample::{Samples, per_op, row, timed};
-use super::{BenchConfig, BenchRow, SCENARIOS};
 
 /// `tairlock bench --redlock URL,URL,…`: `floor-cycle` on the first server, then
 /// `redlock-cycle` — one [`Redlock::try_acquire`] + [`Redlock::release`] over every server
@@ -90,14 +87,6 @@ pub async fn redlock(
         });
     }
     Ok(rows)
-}
-
-pub(super) fn options() -> Options {
-    Options::default().keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix"))
-}
-
-pub(super) fn locks<S: Store>(store: &S) -> ExpireLock<S> {
-    ExpireLock::with_options(store.clone(), options())
 }
 
 /// Run the selected scenarios. `progress(i, n, name)` is called as each starts.
@@ -383,10 +372,6 @@ pub async fn run<S: BenchStore>(
         rows.push(row);
     }
     Ok(rows)
-}
-
-pub(super) fn bare_error(e: redis::RedisError) -> tairlock::Error {
-    tairlock::Error::new(tairlock::ErrorKind::Server, format!("bare client: {e}"))
 }
 
 /// 64 tasks on one client over 1,000 keys, each cycling acquire + release on random keys. One op

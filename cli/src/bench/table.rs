@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 
-use super::BenchRow;
+use super::common::BenchRow;
 
 /// The rows as an aligned table.
 pub fn table(rows: &[BenchRow]) -> String {

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tairlock::ExpireLock;
 
-use super::common::BenchRow;
-use super::common::{locks, options};
+use super::common::{BenchRow, locks, options};
 use super::counted::BenchStore;
 use super::floor::FLOOR_CAD;
 use super::sample::Samples;

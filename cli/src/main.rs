@@ -1,8 +1,7 @@
-//! `tairlock`: race lock algorithms against each other, inspect and force-unlock locks.
+//! `tairlock`: race lock algorithms against each other, run commands under a lock, inspect and
+//! force-unlock locks.
 //!
-//! Exit codes: 0 success; 1 a safe algorithm broke one of its zeros in `race`; 2 usage error;
-//! 3 `race` ran a verbatim recipe in every scenario and it showed no flaw (the demonstration
-//! failed); 4 a store or I/O error; 5 `unlock --force` refused a key that is not one of our locks.
+//! Exit codes are defined once, in [`tairlock_cli::exit::Exit`], and listed by `tairlock --help`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,19 +9,22 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tairlock::clock::SystemClock;
-use tairlock::store::{ClusterOptions, RedisOptions, SentinelOptions, TlsOptions};
-use tairlock::{ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, RedisStore, Store};
-use tairlock_cli::admin::{self, InspectReport};
-use tairlock_cli::bench;
+use tairlock::store::TlsOptions;
+use tairlock::{Keyspace, MemoryStore, RedisStore};
+use tairlock_cli::exit::Exit;
 use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
 #[cfg(unix)]
 use tairlock_cli::run;
+use tairlock_cli::target::{Endpoint, StoreJob, Target};
+use tairlock_cli::{admin, bench, duration, rw_inspect, unlock};
+use tairlock_legacy::WatchStore;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "tairlock",
     version,
-    about = "Expiring distributed locks on Redis: race, inspect, unlock"
+    about = "Expiring distributed locks on Redis: race, run, inspect, unlock",
+    after_help = Exit::help()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -44,20 +46,18 @@ enum Command {
     Inspect(InspectArgs),
     /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
     /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if
-    /// tairlock dies. Exit codes: the command's; 75 not acquired within --wait; 76 lease lost;
-    /// 69 store error; 127 command not started.
+    /// tairlock dies. The lock is an expire lock (optionally --fair), a reader/writer lock's read
+    /// or write side (--read, --write), or a legacy SETNX/GETSET key (--legacy). Exit codes: the
+    /// command's; 75 not acquired within --wait; 76 lease lost; 69 store error; 127 command not
+    /// started.
     Run(RunArgs),
     /// Internal: the supervisor `tairlock run` starts its command under (see `run.rs`).
     #[command(name = "__supervise", hide = true)]
     Supervise(SuperviseArgs),
-    /// Delete a lock whoever holds it (refuses a key that is not one of our locks).
-    Unlock {
-        /// Required: this deletes someone else's lock.
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        key: KeyArgs,
-    },
+    /// Delete a lock whoever holds it: an expire lock, a reader/writer lock (--rw, or detected:
+    /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
+    /// that holds anything but one of our locks (exit 5).
+    Unlock(UnlockArgs),
 }
 
 #[derive(Args, Debug)]
@@ -72,7 +72,7 @@ struct RaceArgs {
     #[arg(long, value_parser = parse_lease)]
     lease: Option<Duration>,
     /// How long each trial runs.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     duration: Option<Duration>,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
@@ -129,7 +129,7 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',', num_args = 1..)]
     redlock: Vec<String>,
     /// How long each timed scenario runs.
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = duration::parse, default_value = "1s")]
     duration: Duration,
     /// Scenario to run (repeatable); all by default.
     #[arg(long = "scenario")]
@@ -142,34 +142,97 @@ struct BenchArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("side").args(["read", "write"]))]
 struct RunArgs {
-    /// The lock name (e.g. nightly-backup) or its full key.
+    /// The lock name (e.g. nightly-backup) or its full key; with --legacy, the key exactly as
+    /// the old code names it (e.g. lock.orderid).
     key: String,
-    /// Lease length, renewed by the watchdog at a third of it.
-    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    /// Lease length, renewed by the watchdog at a third of it (e.g. 30s, 10m, 1h30m).
+    #[arg(long, value_parser = duration::parse, default_value = "30s")]
     ttl: Duration,
-    /// How long to wait for the lock (default: forever; 0 or e.g. 1us for a single attempt).
-    #[arg(long, value_parser = parse_duration)]
+    /// How long to wait for the lock (default: forever); 0 makes a single attempt.
+    #[arg(long, value_parser = duration::parse_or_zero)]
     wait: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when the command is stopped; at most half of --ttl
     /// [default: 5s, or half of --ttl if shorter].
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = duration::parse)]
     grace: Option<Duration>,
     /// The Redis server.
     #[arg(long, env = "TAIRLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
     redis: String,
-    /// Key prefix of the locks.
+    /// A Redis Cluster instead of one server, given seed node URLs (comma-separated or
+    /// repeated); overrides --redis.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    cluster: Vec<String>,
+    /// How releases are announced on the cluster: `auto` (sharded pub/sub on Redis 7.0+,
+    /// classic before), `classic` or `sharded`.
+    #[arg(long, value_enum, default_value = "auto", requires = "cluster")]
+    pubsub: PubSubArg,
+    /// Key prefix of the locks (not with --legacy, whose key is used as given).
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     prefix: String,
     #[command(flatten)]
     conn: ConnArgs,
     /// Wait in the lock's fair queue: first come, first served across processes, the release
     /// handing the lock straight to the next waiter (every client of the lock should use it).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["read", "write", "legacy"])]
     fair: bool,
+    /// Hold the reader/writer lock NAME for reading: readers overlap; a writer excludes them.
+    #[arg(long)]
+    read: bool,
+    /// Hold the reader/writer lock NAME for writing: excludes every reader and writer.
+    #[arg(long)]
+    write: bool,
+    /// With --read/--write: `writer` (default) keeps new readers out while a writer waits;
+    /// `reader` lets readers in whenever no writer holds the lock (writers may starve).
+    #[arg(long, value_enum, default_value = "writer", requires = "side")]
+    preference: PreferenceArg,
+    /// Lock KEY in the legacy SETNX/GETSET wire format (a bare timestamp under exactly that
+    /// key), so that this job and unmigrated clients of the old code exclude each other.
+    #[arg(long, conflicts_with_all = ["read", "write", "prefix"])]
+    legacy: bool,
+    /// With --legacy: the unit of the stored timestamps, as the old code writes them.
+    #[arg(long, value_enum, default_value = "s", requires = "legacy")]
+    unit: UnitArg,
+    /// With --legacy: which kind of lock. `auto` (default) picks the strongest the server
+    /// supports (scripted, else watch, else getset), as every detecting client does; `getset`
+    /// is the original algorithm, which cannot renew: the command must end within --ttl.
+    #[arg(long, value_enum, default_value = "auto", requires = "legacy")]
+    legacy_kind: LegacyKindArg,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
+}
+
+/// `--preference`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PreferenceArg {
+    /// A waiting writer keeps new readers out.
+    Writer,
+    /// Readers enter whenever no writer holds the lock.
+    Reader,
+}
+
+/// `--unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum UnitArg {
+    /// Seconds, as the original.
+    S,
+    /// Milliseconds.
+    Ms,
+}
+
+/// `--legacy-kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LegacyKindArg {
+    /// The strongest the server supports.
+    Auto,
+    /// One script per operation (the server runs Lua and may write after TIME: Redis 5+).
+    Scripted,
+    /// WATCH/MULTI/EXEC transactions (no Lua needed).
+    Watch,
+    /// The original SETNX/GETSET algorithm verbatim (no renewal, no fencing token).
+    Getset,
 }
 
 /// `tairlock __supervise LIFELINE_FD HOME_PGID -- CMD ARGS…` (started by `tairlock run` only).
@@ -191,6 +254,23 @@ struct InspectArgs {
     /// Inspect a reader/writer lock (detected automatically when its keys exist).
     #[arg(long)]
     rw: bool,
+}
+
+#[derive(Args, Debug)]
+struct UnlockArgs {
+    /// Required: this deletes someone else's lock.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Unlock a reader/writer lock: its writer, every live reader and a waiting writer's intent
+    /// (detected automatically when its keys exist).
+    #[arg(long, conflicts_with = "legacy")]
+    rw: bool,
+    /// Unlock a legacy SETNX/GETSET lock: KEY exactly as the old code names it, deleted if it
+    /// holds a bare timestamp.
+    #[arg(long)]
+    legacy: bool,
 }
 
 #[derive(Args, Debug)]
@@ -253,51 +333,38 @@ impl ConnArgs {
         Ok(tls)
     }
 
-    fn redis_options(&self) -> tairlock::Result<RedisOptions> {
-        let mut options = RedisOptions::default();
-        options.tls = self.tls()?;
-        Ok(options)
-    }
-
-    fn sentinel_options(&self) -> tairlock::Result<SentinelOptions> {
-        let mut options = SentinelOptions::default();
-        options.redis = self.redis_options()?;
-        Ok(options)
-    }
-
-    fn uses_sentinel(&self) -> bool {
-        !self.sentinel.is_empty()
-    }
-
-    /// The server at `url`, or the sentinels' master when --sentinel is given.
-    async fn redis(&self, url: &str) -> tairlock::Result<RedisStore> {
-        match &self.master {
-            Some(master) if self.uses_sentinel() => {
-                RedisStore::connect_sentinel(&self.sentinel, master, self.sentinel_options()?).await
+    /// The one target these flags and `servers` name: the sentinels' master, else a cluster,
+    /// else one server, else the embedded store. --sentinel picks the one server itself: it is
+    /// refused with the flags in `others` that pick others.
+    fn target(
+        &self,
+        redis: Option<&str>,
+        cluster: &[String],
+        pubsub: PubSubArg,
+        others: &[(&str, bool)],
+    ) -> Result<Target, String> {
+        let tls = self.tls().map_err(|e| e.to_string())?;
+        let endpoint = match &self.master {
+            Some(master) if !self.sentinel.is_empty() => {
+                if let Some((flag, _)) = others.iter().find(|(_, given)| *given) {
+                    return Err(format!("--sentinel cannot be combined with {flag}"));
+                }
+                Endpoint::Sentinel {
+                    sentinels: self.sentinel.clone(),
+                    master: master.clone(),
+                }
             }
-            _ => RedisStore::connect_with(url, self.redis_options()?).await,
-        }
-    }
-
-    /// Where the target is described in messages.
-    fn describe(&self, url: &str) -> String {
-        match &self.master {
-            Some(master) if self.uses_sentinel() => {
-                format!("master {master:?} of sentinels {}", self.sentinel.join(","))
-            }
-            _ => url.to_owned(),
-        }
-    }
-
-    /// --sentinel picks the one server itself: refuse it with the flags that pick others.
-    fn check_exclusive(&self, others: &[(&str, bool)]) -> Result<(), String> {
-        if !self.uses_sentinel() {
-            return Ok(());
-        }
-        match others.iter().find(|(_, given)| *given) {
-            Some((flag, _)) => Err(format!("--sentinel cannot be combined with {flag}")),
-            None => Ok(()),
-        }
+            _ if !cluster.is_empty() => Endpoint::Cluster(cluster.to_vec()),
+            _ => match redis {
+                Some(url) => Endpoint::Redis(url.to_owned()),
+                None => Endpoint::Memory,
+            },
+        };
+        Ok(Target {
+            endpoint,
+            tls,
+            pubsub: pubsub.choice(),
+        })
     }
 }
 
@@ -312,65 +379,20 @@ enum PubSubArg {
     Sharded,
 }
 
-/// The cluster options of `--pubsub`'s choice and the TLS flags.
-fn cluster_options(pubsub: PubSubArg, conn: &ConnArgs) -> tairlock::Result<ClusterOptions> {
-    let mut options = ClusterOptions::default();
-    options.pubsub = match pubsub {
-        PubSubArg::Auto => None,
-        PubSubArg::Classic => Some(tairlock::notify::PubSub::Classic),
-        PubSubArg::Sharded => Some(tairlock::notify::PubSub::Sharded),
-    };
-    options.tls = conn.tls()?;
-    Ok(options)
-}
-
-/// Connect to the cluster of these seed nodes with `--pubsub`'s choice and the TLS flags.
-async fn connect_cluster(
-    urls: &[String],
-    pubsub: PubSubArg,
-    conn: &ConnArgs,
-) -> tairlock::Result<ClusterStore> {
-    ClusterStore::connect_with(urls, cluster_options(pubsub, conn)?).await
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration {s:?}: expected e.g. 100ms, 2s, 1.5s"))?;
-    let secs = match unit {
-        "us" | "µs" => value / 1e6,
-        "ms" => value / 1e3,
-        "s" | "" => value,
-        "m" => value * 60.0,
-        _ => {
-            return Err(format!(
-                "bad duration unit {unit:?} in {s:?}: use us, ms, s or m"
-            ));
+impl PubSubArg {
+    fn choice(self) -> Option<tairlock::notify::PubSub> {
+        match self {
+            PubSubArg::Auto => None,
+            PubSubArg::Classic => Some(tairlock::notify::PubSub::Classic),
+            PubSubArg::Sharded => Some(tairlock::notify::PubSub::Sharded),
         }
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
-        return Err(format!(
-            "duration {s:?} is out of range (must be > 0 and at most a day)"
-        ));
     }
-    Ok(Duration::from_secs_f64(secs))
 }
 
-/// The connection flags of a command, if it has them.
-fn conn_args(command: &Command) -> Option<&ConnArgs> {
-    match command {
-        Command::Race(args) => Some(&args.conn),
-        Command::Bench(args) => Some(&args.conn),
-        Command::Inspect(args) => Some(&args.key.conn),
-        Command::Run(args) => Some(&args.conn),
-        Command::Unlock { key, .. } => Some(&key.conn),
-        Command::Supervise(_) => None,
-    }
+/// Print a usage error and return its code.
+fn usage(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tairlock: {message}");
+    Exit::Usage.into()
 }
 
 fn main() -> ExitCode {
@@ -379,47 +401,10 @@ fn main() -> ExitCode {
         eprintln!("tairlock: {e}");
         return ExitCode::from(2);
     }
-    // Unreadable or malformed TLS files are a usage error, before anything is connected.
-    if let Some(Err(e)) = conn_args(&cli.command).map(ConnArgs::tls) {
-        eprintln!("tairlock: {e}");
-        return ExitCode::from(2);
-    }
     match cli.command {
         Command::Race(args) => race_command(args),
-        Command::Inspect(InspectArgs { key, rw }) => {
-            if let Err(e) = key
-                .conn
-                .check_exclusive(&[("--cluster", !key.cluster.is_empty())])
-            {
-                eprintln!("tairlock: {e}");
-                return ExitCode::from(2);
-            }
-            let options = (
-                key.conn.redis_options(),
-                cluster_options(key.pubsub, &key.conn),
-                key.conn.sentinel_options(),
-            );
-            let (redis, cluster, sentinel) = match options {
-                (Ok(r), Ok(c), Ok(s)) => (r, c, s),
-                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                    eprintln!("tairlock: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            use tairlock_cli::rw_inspect::Target;
-            let target = match &key.conn.master {
-                Some(master) if key.conn.uses_sentinel() => {
-                    Target::Sentinel(&key.conn.sentinel, master, &sentinel)
-                }
-                _ if key.cluster.is_empty() => Target::RedisWith(&key.redis, &redis),
-                _ => Target::ClusterWith(&key.cluster, &cluster),
-            };
-            match tairlock_cli::rw_inspect::command_on(&key.key, &key.prefix, target, key.json, rw)
-            {
-                Some(code) => ExitCode::from(code),
-                None => admin_command(key, false),
-            }
-        }
+        Command::Bench(args) => bench_command(args),
+        Command::Inspect(args) => inspect_command(args),
         Command::Run(args) => run_command(args),
         #[cfg(unix)]
         Command::Supervise(args) => ExitCode::from(run::supervise(
@@ -429,16 +414,7 @@ fn main() -> ExitCode {
         )),
         #[cfg(not(unix))]
         Command::Supervise(_) => not_supported(),
-        Command::Bench(args) => bench_command(args),
-        Command::Unlock { force, key } => {
-            if !force {
-                eprintln!(
-                    "tairlock: unlock deletes a lock whoever holds it; pass --force to confirm"
-                );
-                return ExitCode::from(2);
-            }
-            admin_command(key, true)
-        }
+        Command::Unlock(args) => unlock_command(args),
     }
 }
 
@@ -456,11 +432,10 @@ fn race_command(args: RaceArgs) -> ExitCode {
         .iter()
         .find(|a| !known.contains(&a.as_str()))
     {
-        eprintln!(
-            "tairlock: unknown algorithm {bad:?}; expected one of {}",
+        return usage(format!(
+            "unknown algorithm {bad:?}; expected one of {}",
             known.join(", ")
-        );
-        return ExitCode::from(2);
+        ));
     }
     if !args.scenarios.is_empty() {
         config.scenarios = args.scenarios.clone();
@@ -468,18 +443,20 @@ fn race_command(args: RaceArgs) -> ExitCode {
     if let Some(lease) = args.lease {
         config.lease = lease;
     }
-    if let Err(e) = args.conn.check_exclusive(&[
-        ("--redis", args.redis.is_some()),
-        ("--cluster", !args.cluster.is_empty()),
-        ("--redlock", !args.redlock.is_empty()),
-    ]) {
-        eprintln!("tairlock: {e}");
-        return ExitCode::from(2);
-    }
-    let real_time = args.redis.is_some()
-        || !args.cluster.is_empty()
-        || !args.redlock.is_empty()
-        || args.conn.uses_sentinel();
+    let target = match args.conn.target(
+        args.redis.as_deref(),
+        &args.cluster,
+        args.pubsub,
+        &[
+            ("--redis", args.redis.is_some()),
+            ("--cluster", !args.cluster.is_empty()),
+            ("--redlock", !args.redlock.is_empty()),
+        ],
+    ) {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
+    let real_time = target.is_remote() || !args.redlock.is_empty();
     if real_time {
         // Real time: fewer, shorter trials by default.
         config.trials = 3;
@@ -514,34 +491,20 @@ fn race_command(args: RaceArgs) -> ExitCode {
         config.trial_length,
         config.lease,
         config.seed,
-        if !args.cluster.is_empty() {
-            format!("cluster {} (real time)", args.cluster.join(","))
-        } else if !args.redlock.is_empty() {
+        if !args.redlock.is_empty() {
             format!("redlock over {} (real time)", args.redlock.join(","))
-        } else if args.conn.uses_sentinel() {
-            format!("redis {} (real time)", args.conn.describe(""))
+        } else if real_time {
+            format!("{} (real time)", target.describe())
         } else {
-            args.redis
-                .as_deref()
-                .map_or("embedded store (virtual time)".to_owned(), |u| {
-                    format!("redis {u} (real time)")
-                })
+            "embedded store (virtual time)".to_owned()
         }
     );
-    let rows = if !args.cluster.is_empty() {
-        let rt = tokio::runtime::Runtime::new().expect("runtime");
-        rt.block_on(async {
-            let store = connect_cluster(&args.cluster, args.pubsub, &args.conn).await?;
-            // Every algorithm, legacy-watch included: its transactions run on a dedicated
-            // connection to the master of the lock's slot.
-            race::run(store, Arc::new(SystemClock), "cluster", &config, progress).await
-        })
-    } else if !args.redlock.is_empty() {
+    let rows = if !args.redlock.is_empty() {
         let rt = tokio::runtime::Runtime::new().expect("runtime");
         rt.block_on(async {
             let mut servers = Vec::new();
             for url in &args.redlock {
-                servers.push(RedisStore::connect_with(url, args.conn.redis_options()?).await?);
+                servers.push(RedisStore::connect_with(url, target.redis_options()).await?);
             }
             let first = servers[0].clone();
             let algorithm = race::algorithms::RedlockAlgorithm::new(servers)?;
@@ -556,12 +519,21 @@ fn race_command(args: RaceArgs) -> ExitCode {
             .await
         })
     } else {
-        match &args.redis {
-            None if !args.conn.uses_sentinel() => race::run_embedded(&config, progress),
-            url => {
+        match &target.endpoint {
+            Endpoint::Memory => race::run_embedded(&config, progress),
+            Endpoint::Cluster(_) => {
                 let rt = tokio::runtime::Runtime::new().expect("runtime");
                 rt.block_on(async {
-                    let store = args.conn.redis(url.as_deref().unwrap_or_default()).await?;
+                    let store = target.connect_cluster().await?;
+                    // Every algorithm, legacy-watch included: its transactions run on a
+                    // dedicated connection to the master of the lock's slot.
+                    race::run(store, Arc::new(SystemClock), "cluster", &config, progress).await
+                })
+            }
+            Endpoint::Redis(_) | Endpoint::Sentinel { .. } => {
+                let rt = tokio::runtime::Runtime::new().expect("runtime");
+                rt.block_on(async {
+                    let store = target.connect_redis().await?;
                     race::run(store, Arc::new(SystemClock), "redis", &config, progress).await
                 })
             }
@@ -571,7 +543,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("tairlock: {e}");
-            return ExitCode::from(4);
+            return Exit::Store.into();
         }
     };
     if args.json {
@@ -611,7 +583,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
         );
     }
     if !broken.is_empty() {
-        return ExitCode::from(1);
+        return Exit::Broken.into();
     }
     let mut silent = Vec::new();
     for r in rows.iter().filter(|r| r.expectation == "flawed") {
@@ -629,7 +601,7 @@ fn race_command(args: RaceArgs) -> ExitCode {
             "tairlock: the verbatim recipe(s) {} showed no flaw: the demonstration failed",
             silent.join(", ")
         );
-        return ExitCode::from(3);
+        return Exit::NoFlawShown.into();
     }
     ExitCode::SUCCESS
 }
@@ -697,7 +669,7 @@ fn parse_count(s: &str, min: usize, why: &str) -> Result<usize, String> {
 /// `--lease`: at least 1 ms. A server takes TTLs in whole milliseconds, so a shorter lease
 /// would be sent as 0 (refused by `SET PX`, an immediate delete by `PEXPIRE`).
 fn parse_lease(s: &str) -> Result<Duration, String> {
-    let lease = parse_duration(s)?;
+    let lease = duration::parse(s)?;
     if lease < Duration::from_millis(1) {
         return Err(format!(
             "lease {s:?} is under 1ms: servers count TTLs in whole milliseconds"
@@ -717,21 +689,26 @@ fn split_key(key: &str, default_prefix: &str) -> (String, String) {
     (default_prefix.to_owned(), key.to_owned())
 }
 
+/// The keyspace and name of a key argument, or a usage error.
+fn keyspace_of(prefix: String, name: &str) -> Result<Keyspace, String> {
+    Keyspace::new(prefix)
+        .and_then(|k| Keyspace::validate(name).map(|()| k))
+        .map_err(|e| e.to_string())
+}
+
 fn bench_command(args: BenchArgs) -> ExitCode {
     if let Some(bad) = args
         .scenarios
         .iter()
         .find(|s| !bench::SCENARIOS.contains(&s.as_str()) && s.as_str() != "redlock-cycle")
     {
-        eprintln!(
-            "tairlock: unknown bench scenario {bad:?}; expected one of {}",
+        return usage(format!(
+            "unknown bench scenario {bad:?}; expected one of {}",
             bench::SCENARIOS.join(", ")
-        );
-        return ExitCode::from(2);
+        ));
     }
     if args.redlock.is_empty() && args.scenarios.iter().any(|s| s == "redlock-cycle") {
-        eprintln!("tairlock: the redlock-cycle scenario needs --redlock URL,URL,...");
-        return ExitCode::from(2);
+        return usage("the redlock-cycle scenario needs --redlock URL,URL,...");
     }
     let config = bench::BenchConfig {
         duration: args.duration,
@@ -740,42 +717,48 @@ fn bench_command(args: BenchArgs) -> ExitCode {
     if let Some(bad) = config.only.iter().find(|s| {
         !args.redlock.is_empty() && !["floor-cycle", "redlock-cycle"].contains(&s.as_str())
     }) {
-        eprintln!("tairlock: bench --redlock runs floor-cycle and redlock-cycle only, not {bad:?}");
-        return ExitCode::from(2);
+        return usage(format!(
+            "bench --redlock runs floor-cycle and redlock-cycle only, not {bad:?}"
+        ));
     }
-    if let Err(e) = args.conn.check_exclusive(&[
-        ("--redis", args.redis.is_some()),
-        ("--cluster", !args.cluster.is_empty()),
-        ("--redlock", !args.redlock.is_empty()),
-    ]) {
-        eprintln!("tairlock: {e}");
-        return ExitCode::from(2);
-    }
+    let target = match args.conn.target(
+        args.redis.as_deref(),
+        &args.cluster,
+        args.pubsub,
+        &[
+            ("--redis", args.redis.is_some()),
+            ("--cluster", !args.cluster.is_empty()),
+            ("--redlock", !args.redlock.is_empty()),
+        ],
+    ) {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let rows = rt.block_on(async {
         if !args.redlock.is_empty() {
             let mut servers = Vec::new();
             for url in &args.redlock {
-                servers.push(RedisStore::connect_with(url, args.conn.redis_options()?).await?);
+                servers.push(RedisStore::connect_with(url, target.redis_options()).await?);
             }
             return bench::redlock(servers, &config, bench::progress_bar).await;
         }
-        if !args.cluster.is_empty() {
-            let store = connect_cluster(&args.cluster, args.pubsub, &args.conn).await?;
-            return bench::run(bench::Counted::new(store), &config, bench::progress_bar).await;
-        }
-        match &args.redis {
-            url if url.is_some() || args.conn.uses_sentinel() => {
-                let store = args.conn.redis(url.as_deref().unwrap_or_default()).await?;
-                bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
-            }
-            _ => {
+        match &target.endpoint {
+            Endpoint::Memory => {
                 bench::run(
                     bench::Counted::new(MemoryStore::new()),
                     &config,
                     bench::progress_bar,
                 )
                 .await
+            }
+            Endpoint::Cluster(_) => {
+                let store = target.connect_cluster().await?;
+                bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
+            }
+            Endpoint::Redis(_) | Endpoint::Sentinel { .. } => {
+                let store = target.connect_redis().await?;
+                bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
             }
         }
     });
@@ -794,7 +777,168 @@ fn bench_command(args: BenchArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("tairlock bench: {e}");
-            ExitCode::from(4)
+            Exit::Store.into()
+        }
+    }
+}
+
+/// The target of `inspect` and `unlock`: --redis always has a value there.
+fn key_target(key: &KeyArgs) -> Result<Target, String> {
+    key.conn.target(
+        Some(&key.redis),
+        &key.cluster,
+        key.pubsub,
+        &[("--cluster", !key.cluster.is_empty())],
+    )
+}
+
+/// Print `value` as pretty JSON.
+fn print_json(value: &impl serde::Serialize) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serialise")
+    );
+}
+
+/// `tairlock inspect`: a reader/writer lock when forced, named by a suffix, or detected; else
+/// the expire lock.
+struct InspectJob {
+    keyspace: Keyspace,
+    name: String,
+    rw: bool,
+    json: bool,
+}
+
+impl StoreJob for InspectJob {
+    type Output = ();
+
+    async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<()> {
+        if self.rw || rw_inspect::detect(&store, &self.keyspace, &self.name).await? {
+            let locks = tairlock_rwlock::RwLock::with_options(
+                store,
+                tairlock_rwlock::Options::default().keyspace(self.keyspace),
+            );
+            let report = rw_inspect::inspect(&locks, &self.name).await?;
+            if self.json {
+                print_json(&report);
+            } else {
+                print!("{}", report.text());
+            }
+            return Ok(());
+        }
+        let locks = tairlock::ExpireLock::with_options(
+            store,
+            tairlock::Options::default().keyspace(self.keyspace),
+        );
+        let report = admin::inspect(&locks, &self.name).await?;
+        if self.json {
+            print_json(&report);
+        } else {
+            print!("{}", report.text());
+        }
+        Ok(())
+    }
+}
+
+fn inspect_command(args: InspectArgs) -> ExitCode {
+    let InspectArgs { key, rw } = args;
+    let target = match key_target(&key) {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
+    let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
+    let keyspace = match keyspace_of(prefix, &name) {
+        Ok(keyspace) => keyspace,
+        Err(e) => return usage(e),
+    };
+    let job = InspectJob {
+        keyspace,
+        name,
+        rw: rw || named_rw,
+        json: key.json,
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    match rt.block_on(target.on(job)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            Exit::Store.into()
+        }
+    }
+}
+
+/// `tairlock unlock --force`, on a connected store.
+struct UnlockJob {
+    /// `(keyspace, name)`, or `None` for a legacy key.
+    keyspace: Option<Keyspace>,
+    name: String,
+    rw: bool,
+}
+
+impl StoreJob for UnlockJob {
+    type Output = unlock::UnlockReport;
+
+    async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<unlock::UnlockReport> {
+        let Some(keyspace) = self.keyspace else {
+            return unlock::legacy(store, &self.name).await;
+        };
+        if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
+            unlock::rw(store, keyspace, &self.name).await
+        } else {
+            unlock::expire(store, keyspace, &self.name).await
+        }
+    }
+}
+
+fn unlock_command(args: UnlockArgs) -> ExitCode {
+    let UnlockArgs {
+        force,
+        key,
+        rw,
+        legacy,
+    } = args;
+    if !force {
+        return usage("unlock deletes a lock whoever holds it; pass --force to confirm");
+    }
+    let target = match key_target(&key) {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
+    let job = if legacy {
+        if key.key.is_empty() {
+            return usage("the lock key is empty");
+        }
+        UnlockJob {
+            keyspace: None,
+            name: key.key.clone(),
+            rw: false,
+        }
+    } else {
+        let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
+        match keyspace_of(prefix, &name) {
+            Ok(keyspace) => UnlockJob {
+                keyspace: Some(keyspace),
+                name,
+                rw: rw || named_rw,
+            },
+            Err(e) => return usage(e),
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    match rt.block_on(target.on(job)) {
+        Ok(report) => {
+            if key.json {
+                print_json(&report);
+            } else if report.exit() == Exit::Refused {
+                eprintln!("tairlock: {}", report.text());
+            } else {
+                println!("{}", report.text());
+            }
+            report.exit().into()
+        }
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            Exit::Store.into()
         }
     }
 }
@@ -806,7 +950,7 @@ fn not_supported() -> ExitCode {
         "tairlock run: not supported here: it needs Unix process groups and signals to stop the \
          command when the lease is lost"
     );
-    ExitCode::from(2)
+    Exit::Usage.into()
 }
 
 #[cfg(not(unix))]
@@ -814,117 +958,201 @@ fn run_command(_args: RunArgs) -> ExitCode {
     not_supported()
 }
 
+/// What `tairlock run` holds, from its flags.
 #[cfg(unix)]
-fn run_command(args: RunArgs) -> ExitCode {
-    let (prefix, name) = split_key(&args.key, &args.prefix);
-    let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("tairlock: {e}");
-            return ExitCode::from(2);
+enum RunKind {
+    Expire {
+        keyspace: Keyspace,
+        fair: bool,
+    },
+    Rw {
+        keyspace: Keyspace,
+        side: run::kinds::Side,
+        preference: tairlock_rwlock::Preference,
+    },
+    Legacy {
+        unit: tairlock_legacy::Unit,
+        kind: LegacyKindArg,
+    },
+}
+
+/// `tairlock run`'s work on a connected store.
+#[cfg(unix)]
+struct RunJob {
+    kind: RunKind,
+    ttl: Duration,
+    spec: run::RunSpec,
+}
+
+#[cfg(unix)]
+impl StoreJob for RunJob {
+    type Output = u8;
+
+    async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<u8> {
+        let RunJob { kind, ttl, spec } = self;
+        Ok(match kind {
+            RunKind::Expire { keyspace, fair } => {
+                let options = tairlock::Options::default()
+                    .keyspace(keyspace)
+                    .watchdog_lease(ttl)
+                    .fair(fair);
+                run::run(&tairlock::ExpireLock::with_options(store, options), &spec).await
+            }
+            RunKind::Rw {
+                keyspace,
+                side,
+                preference,
+            } => {
+                let options = tairlock_rwlock::Options::default()
+                    .keyspace(keyspace)
+                    .watchdog_lease(ttl)
+                    .preference(preference);
+                let locker = run::kinds::RwLocker {
+                    locks: tairlock_rwlock::RwLock::with_options(store, options),
+                    side,
+                };
+                run::run(&locker, &spec).await
+            }
+            RunKind::Legacy { unit, kind } => {
+                let options = tairlock_legacy::Options::default()
+                    .unit(unit)
+                    .acquire_timeout(spec.wait.filter(|w| !w.is_zero()));
+                let lock = match legacy_lock(store, options, kind).await {
+                    Ok(lock) => lock,
+                    Err(e) => {
+                        eprintln!("tairlock run: {e}");
+                        return Ok(run::EXIT_STORE);
+                    }
+                };
+                let locker = run::legacy::LegacyLocker::new(lock, ttl);
+                if locker.strategy() == tairlock_legacy::Strategy::GetSet {
+                    eprintln!(
+                        "tairlock run: the getset kind cannot renew its lock: {} is stopped at \
+                         --ttl ({ttl:?}) less --grace ({:?}) if it still runs",
+                        spec.command[0], spec.grace
+                    );
+                }
+                run::run(&locker, &spec).await
+            }
+        })
+    }
+}
+
+/// The legacy lock `--legacy-kind` asks for, if the server supports it.
+#[cfg(unix)]
+async fn legacy_lock<S: WatchStore>(
+    store: S,
+    options: tairlock_legacy::Options,
+    kind: LegacyKindArg,
+) -> tairlock::Result<tairlock_legacy::LegacyLock<S>> {
+    use tairlock_legacy::{LegacyLock, Strategy, probe};
+    let mut caps = probe(&store).await?;
+    let strategy = match kind {
+        LegacyKindArg::Auto => caps.strongest(),
+        LegacyKindArg::Getset => Strategy::GetSet,
+        LegacyKindArg::Scripted => {
+            if caps.strongest() != Strategy::Scripted {
+                return Err(tairlock::Error::new(
+                    tairlock::ErrorKind::InvalidInput,
+                    "--legacy-kind scripted: this server cannot run the scripts (no Lua, or a \
+                     script may not write after TIME: Redis before 5)",
+                ));
+            }
+            Strategy::Scripted
+        }
+        LegacyKindArg::Watch => {
+            caps.scripting = false;
+            match caps.strongest() {
+                watch @ Strategy::Watch(_) => watch,
+                _ => {
+                    return Err(tairlock::Error::new(
+                        tairlock::ErrorKind::InvalidInput,
+                        "--legacy-kind watch: this server refuses WATCH",
+                    ));
+                }
+            }
         }
     };
+    Ok(LegacyLock::with_strategy(store, options, strategy))
+}
+
+#[cfg(unix)]
+fn run_command(args: RunArgs) -> ExitCode {
+    let target = match args.conn.target(
+        Some(&args.redis),
+        &args.cluster,
+        args.pubsub,
+        &[("--cluster", !args.cluster.is_empty())],
+    ) {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
+    let (kind, name) = if args.legacy {
+        if args.key.is_empty() {
+            return usage("the lock key is empty");
+        }
+        let unit = match args.unit {
+            UnitArg::S => tairlock_legacy::Unit::Seconds,
+            UnitArg::Ms => tairlock_legacy::Unit::Millis,
+        };
+        let kind = RunKind::Legacy {
+            unit,
+            kind: args.legacy_kind,
+        };
+        (kind, args.key.clone())
+    } else {
+        let (prefix, name) = split_key(&args.key, &args.prefix);
+        let keyspace = match keyspace_of(prefix, &name) {
+            Ok(keyspace) => keyspace,
+            Err(e) => return usage(e),
+        };
+        let side = match (args.read, args.write) {
+            (true, _) => Some(run::kinds::Side::Read),
+            (_, true) => Some(run::kinds::Side::Write),
+            _ => None,
+        };
+        let kind = match side {
+            Some(side) => RunKind::Rw {
+                keyspace,
+                side,
+                preference: match args.preference {
+                    PreferenceArg::Writer => tairlock_rwlock::Preference::Writer,
+                    PreferenceArg::Reader => tairlock_rwlock::Preference::Reader,
+                },
+            },
+            None => RunKind::Expire {
+                keyspace,
+                fair: args.fair,
+            },
+        };
+        (kind, name)
+    };
     if args.ttl < Duration::from_millis(30) {
-        eprintln!("tairlock: --ttl must be at least 30ms (it is renewed at a third of its length)");
-        return ExitCode::from(2);
+        return usage("--ttl must be at least 30ms (it is renewed at a third of its length)");
     }
     let grace = match run::grace_for(args.ttl, args.grace) {
         Ok(grace) => grace,
-        Err(e) => {
-            eprintln!("tairlock: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage(e),
     };
     // Before the runtime starts its threads, so that they all inherit the mask.
     if let Err(e) = run::block_background_stops() {
         eprintln!("tairlock run: cannot block SIGTTOU: {e}");
-        return ExitCode::from(2);
+        return Exit::Usage.into();
     }
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let code = rt.block_on(async {
-        let store = match args.conn.redis(&args.redis).await {
-            Ok(store) => store,
-            Err(e) => {
-                eprintln!("tairlock run: {e}");
-                return run::EXIT_STORE;
-            }
-        };
-        let options = Options::default()
-            .keyspace(keyspace)
-            .watchdog_lease(args.ttl)
-            .fair(args.fair);
-        let locks = ExpireLock::with_options(store, options);
-        let spec = run::RunSpec {
+    let job = RunJob {
+        kind,
+        ttl: args.ttl,
+        spec: run::RunSpec {
             name,
             wait: args.wait,
             grace,
             command: args.command,
-        };
-        run::run(&locks, &spec).await
+        },
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let code = rt.block_on(target.on(job)).unwrap_or_else(|e| {
+        eprintln!("tairlock run: {e}");
+        run::EXIT_STORE
     });
     ExitCode::from(code)
-}
-
-fn admin_command(args: KeyArgs, force_unlock: bool) -> ExitCode {
-    let (prefix, name) = split_key(&args.key, &args.prefix);
-    let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("tairlock: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Err(e) = args
-        .conn
-        .check_exclusive(&[("--cluster", !args.cluster.is_empty())])
-    {
-        eprintln!("tairlock: {e}");
-        return ExitCode::from(2);
-    }
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let result: tairlock::Result<ExitCode> = rt.block_on(async {
-        if args.cluster.is_empty() {
-            let store = args.conn.redis(&args.redis).await?;
-            admin_on(store, keyspace, &name, force_unlock, args.json).await
-        } else {
-            let store = connect_cluster(&args.cluster, args.pubsub, &args.conn).await?;
-            admin_on(store, keyspace, &name, force_unlock, args.json).await
-        }
-    });
-    result.unwrap_or_else(|e| {
-        eprintln!("tairlock: {e}");
-        ExitCode::from(4)
-    })
-}
-
-async fn admin_on<S: Store>(
-    store: S,
-    keyspace: Keyspace,
-    name: &str,
-    force_unlock: bool,
-    json: bool,
-) -> tairlock::Result<ExitCode> {
-    let locks = ExpireLock::with_options(store, Options::default().keyspace(keyspace));
-    if force_unlock {
-        match locks.force_unlock(name).await {
-            Ok(true) => println!("deleted the lock {name}"),
-            Ok(false) => println!("the lock {name} is not held"),
-            Err(e) if e.is_wrong_type() => {
-                eprintln!("tairlock: refusing to delete {name}: {e}");
-                return Ok(ExitCode::from(5));
-            }
-            Err(e) => return Err(e),
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let report: InspectReport = admin::inspect(&locks, name).await?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("serialise")
-        );
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -1,9 +1,12 @@
 //! `tairlock run KEY -- CMD ARGS…`: run a command while holding a lock, like `flock(1)`.
 //!
-//! The lock is held with the watchdog on (renewed at a third of `--ttl`). The command gets
-//! `TAIRLOCK_KEY` (the lock's Redis key), `TAIRLOCK_NAME` and `TAIRLOCK_FENCE` (the fencing
+//! The lock is held with the watchdog on (renewed at a third of `--ttl`). It is one of the kinds
+//! in [`kinds`]: the expire lock (plain, or `--fair`), a reader/writer lock's read or write side
+//! (`--read`, `--write`), or a legacy `SETNX`/`GETSET` key ([`legacy`], `--legacy`); the
+//! supervision below is the same for all of them. The command gets `TAIRLOCK_KEY` (the key the
+//! hold lives in), `TAIRLOCK_NAME` and, when the kind issues one, `TAIRLOCK_FENCE` (the fencing
 //! token: pass it along with every write, so a resource can reject a holder that was paused past
-//! its lease).
+//! its lease; readers and the `getset` legacy kind get none).
 //!
 //! # The command's process group
 //!
@@ -56,30 +59,33 @@ use std::time::Duration;
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Pid, getpgrp, pipe2};
-use tairlock::{ExpireLock, LockGuard, Store, Unlock};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::logging::Chain;
 
+pub mod kinds;
+pub mod legacy;
 mod supervisor;
 mod terminal;
 
+use self::kinds::{Hold, Locker, Released};
 pub use self::supervisor::supervise;
 use self::supervisor::{GO, group_alive};
 use self::terminal::Foreground;
 pub use self::terminal::block_background_stops;
+use crate::exit::Exit;
 
-/// The lock was not acquired within `--wait`.
-pub const EXIT_NOT_ACQUIRED: u8 = 75;
+/// The lock was not acquired within `--wait` ([`Exit::NotAcquired`]).
+pub const EXIT_NOT_ACQUIRED: u8 = Exit::NotAcquired as u8;
 /// The lease was lost while the command ran, or renewals failed and the command was stopped
-/// before the lease ran out.
-pub const EXIT_LEASE_LOST: u8 = 76;
-/// The store failed.
-pub const EXIT_STORE: u8 = 69;
-/// The command could not be started.
-pub const EXIT_SPAWN: u8 = 127;
+/// before the lease ran out ([`Exit::LeaseLost`]).
+pub const EXIT_LEASE_LOST: u8 = Exit::LeaseLost as u8;
+/// The store failed ([`Exit::RunStore`]).
+pub const EXIT_STORE: u8 = Exit::RunStore as u8;
+/// The command could not be started ([`Exit::Spawn`]).
+pub const EXIT_SPAWN: u8 = Exit::Spawn as u8;
 
 /// The name of the hidden subcommand that runs [`supervise`].
 pub const SUPERVISE: &str = "__supervise";
@@ -166,8 +172,11 @@ impl Group {
             .args(spec.command)
             .env("TAIRLOCK_KEY", spec.key)
             .env("TAIRLOCK_NAME", spec.name)
-            .env("TAIRLOCK_FENCE", spec.fence.to_string())
             .process_group(0);
+        match spec.fence {
+            Some(fence) => command.env("TAIRLOCK_FENCE", fence.to_string()),
+            None => command.env_remove("TAIRLOCK_FENCE"),
+        };
         let supervisor = command.spawn()?;
         drop(read);
         let id = supervisor
@@ -210,18 +219,18 @@ struct SpecEnv<'a> {
     command: &'a [String],
     key: &'a str,
     name: &'a str,
-    fence: u64,
+    fence: Option<u64>,
 }
 
 /// Resolves when the lease's local deadline is within `grace` and no renewal has moved it: the
 /// renewals are failing, and the command must stop now to end inside the lease.
-async fn renewals_overdue<S: Store>(guard: &LockGuard<S>, grace: Duration) {
+async fn renewals_overdue<H: Hold>(guard: &H, grace: Duration) {
     loop {
-        let Some(deadline) = guard.lease().deadline() else {
+        let Some(deadline) = guard.deadline() else {
             return std::future::pending().await;
         };
         tokio::time::sleep_until(deadline.checked_sub(grace).unwrap_or(deadline)).await;
-        if guard.lease().deadline() == Some(deadline) {
+        if guard.deadline() == Some(deadline) {
             return;
         }
     }
@@ -256,20 +265,23 @@ impl Forward {
 /// # Cancel safety
 ///
 /// Dropping it while the command runs drops the lifeline's write end: the supervisor kills the
-/// command's group with SIGKILL, and the guard's drop releases the lock in the background.
-pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
-    let acquired = match spec.wait {
-        Some(wait) => locks.try_lock_for(&spec.name, wait).await,
-        None => locks.lock(&spec.name).await.map(Some),
-    };
-    let guard = match acquired {
+/// command's group with SIGKILL, and the hold's drop releases the lock in the background (a
+/// legacy lock, which has no owner-checked background release, runs out at its timestamp).
+pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
+    let guard = match locks.acquire(&spec.name, spec.wait).await {
         Ok(Some(guard)) => guard,
         Ok(None) => {
-            eprintln!(
-                "tairlock run: {} is held by someone else; gave up after {:?}",
-                spec.name,
-                spec.wait.unwrap_or_default()
-            );
+            match spec.wait {
+                Some(wait) if wait.is_zero() => eprintln!(
+                    "tairlock run: {} is held by someone else (one attempt: --wait 0)",
+                    spec.name
+                ),
+                wait => eprintln!(
+                    "tairlock run: {} is held by someone else; gave up after {:?}",
+                    spec.name,
+                    wait.unwrap_or_default()
+                ),
+            }
             return EXIT_NOT_ACQUIRED;
         }
         Err(e) => {
@@ -277,7 +289,7 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
             return EXIT_STORE;
         }
     };
-    let key = locks.keys(&spec.name).map(|k| k.lock).unwrap_or_default();
+    let key = guard.key().to_owned();
     // Install the handlers before the command starts: a SIGTERM/SIGINT arriving between the
     // spawn and the installation would otherwise kill tairlock with the default action (the
     // lifeline would then kill the command, but without a word).
@@ -363,7 +375,10 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     tracing::debug!(lock = %spec.name, code, "command exited");
 
     if stop == Some(Stop::Overdue)
-        && let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero())
+        && let Some(left) = guard
+            .deadline()
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
     {
         eprintln!(
             "tairlock run: the command's process group ended {left:?} before the lease's deadline"
@@ -380,13 +395,8 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
         return EXIT_LEASE_LOST;
     }
     match guard.release().await {
-        Ok(Unlock::Released) => code,
-        Ok(found @ (Unlock::NotHeld | Unlock::HeldByOther)) => {
-            let what = if found == Unlock::NotHeld {
-                "gone"
-            } else {
-                "held by someone else"
-            };
+        Released::Released => code,
+        Released::Gone(what) => {
             eprintln!(
                 "tairlock run: the lease on {} was lost while the command ran: the release found \
                  the lock {what} (the command exited with {code})",
@@ -394,11 +404,10 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
             );
             EXIT_LEASE_LOST
         }
-        Err(e) => {
+        Released::Failed(e) => {
             eprintln!(
-                "tairlock run: releasing {} failed ({}); its lease will expire",
-                spec.name,
-                Chain(&e)
+                "tairlock run: releasing {} failed ({e}); its lease will expire",
+                spec.name
             );
             code
         }

@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Serialize;
-use tairlock::{ClusterStore, Keyspace, RedisStore, Store, Ttl};
-use tairlock_rwlock::{Options, RwInspection, RwLock};
+use tairlock::{Keyspace, Store, Ttl};
+use tairlock_rwlock::{RwInspection, RwLock};
 
 /// The suffixes of a reader/writer lock's keys (the scripted lock's and the two-step recipe's).
 const SUFFIXES: [&str; 5] = [":w", ":r", ":wi", ":fence", ":rc"];
@@ -229,98 +229,6 @@ pub fn split_key(key: &str, default_prefix: &str) -> (String, String, bool) {
         }
     }
     (default_prefix.to_owned(), key.to_owned(), false)
-}
-
-/// `tairlock inspect` for a reader/writer lock: `Some(exit code)` when it handled the key
-/// (forced by `rw`, by a reader/writer key suffix, or detected), `None` when the key is not a
-/// reader/writer lock and the plain inspect should run.
-pub fn command(key: &str, default_prefix: &str, url: &str, json: bool, rw: bool) -> Option<u8> {
-    command_on(key, default_prefix, Target::Redis(url), json, rw)
-}
-
-/// Where `tairlock inspect` looks.
-#[derive(Debug, Clone, Copy)]
-pub enum Target<'a> {
-    /// One Redis server.
-    Redis(&'a str),
-    /// A Redis Cluster, by its seed node URLs.
-    Cluster(&'a [String]),
-    /// One Redis server, with connection options (TLS).
-    RedisWith(&'a str, &'a tairlock::store::RedisOptions),
-    /// A Redis Cluster, with connection options (TLS, `--pubsub`).
-    ClusterWith(&'a [String], &'a tairlock::store::ClusterOptions),
-    /// The master that these sentinels name.
-    Sentinel(&'a [String], &'a str, &'a tairlock::store::SentinelOptions),
-}
-
-/// [`command`] on a server or a cluster.
-pub fn command_on(
-    key: &str,
-    default_prefix: &str,
-    target: Target<'_>,
-    json: bool,
-    rw: bool,
-) -> Option<u8> {
-    let (prefix, name, named_rw) = split_key(key, default_prefix);
-    let keyspace = match Keyspace::new(prefix).and_then(|k| Keyspace::validate(&name).map(|()| k)) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("tairlock: {e}");
-            return Some(2);
-        }
-    };
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let outcome: tairlock::Result<Option<u8>> = rt.block_on(async {
-        match target {
-            Target::Redis(url) => {
-                let store = RedisStore::connect(url).await?;
-                on_store(store, keyspace, &name, named_rw || rw, json).await
-            }
-            Target::Cluster(urls) => {
-                let store = ClusterStore::connect(urls).await?;
-                on_store(store, keyspace, &name, named_rw || rw, json).await
-            }
-            Target::RedisWith(url, options) => {
-                let store = RedisStore::connect_with(url, options.clone()).await?;
-                on_store(store, keyspace, &name, named_rw || rw, json).await
-            }
-            Target::ClusterWith(urls, options) => {
-                let store = ClusterStore::connect_with(urls, options.clone()).await?;
-                on_store(store, keyspace, &name, named_rw || rw, json).await
-            }
-            Target::Sentinel(urls, master, options) => {
-                let store = RedisStore::connect_sentinel(urls, master, options.clone()).await?;
-                on_store(store, keyspace, &name, named_rw || rw, json).await
-            }
-        }
-    });
-    outcome.unwrap_or_else(|e| {
-        eprintln!("tairlock: {e}");
-        Some(4)
-    })
-}
-
-async fn on_store<S: Store>(
-    store: S,
-    keyspace: Keyspace,
-    name: &str,
-    forced: bool,
-    json: bool,
-) -> tairlock::Result<Option<u8>> {
-    if !(forced || detect(&store, &keyspace, name).await?) {
-        return Ok(None);
-    }
-    let locks = RwLock::with_options(store, Options::default().keyspace(keyspace));
-    let report = inspect(&locks, name).await?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("serialise")
-        );
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(Some(0))
 }
 
 #[cfg(test)]

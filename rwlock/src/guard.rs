@@ -36,6 +36,12 @@ macro_rules! common_guard_methods {
             self.slot.hold.is_lost()
         }
 
+        /// The local instant by which the lease ends unless a renewal lands first: the watchdog
+        /// moves it with every renewal (`tairlock run` stops its command before it passes).
+        pub fn deadline(&self) -> Option<tokio::time::Instant> {
+            self.slot.hold.deadline()
+        }
+
         /// Resolves when the lease is lost (see [`is_lost`](Self::is_lost)).
         ///
         /// # Cancel safety

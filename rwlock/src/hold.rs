@@ -80,6 +80,11 @@ impl<S: Store> Hold<S> {
         matches!(*self.cred.lock(), Credential::Write(_))
     }
 
+    /// The local deadline of the credential in effect (moved by every renewal).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.live.deadline()
+    }
+
     /// Lost: a renewal found the lease gone, or its local deadline passed without a renewal.
     pub(crate) fn is_lost(&self) -> bool {
         self.live.is_lost()

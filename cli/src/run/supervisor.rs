@@ -40,7 +40,10 @@ use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, getpgrp, read, setpgid, tcgetpgrp, tcsetpgrp};
 
-use super::EXIT_SPAWN;
+use crate::exit::Exit;
+
+/// The command could not be started.
+const EXIT_SPAWN: u8 = Exit::Spawn as u8;
 
 /// The byte `tairlock run` writes on the lifeline once the command may start.
 pub(crate) const GO: u8 = b'g';

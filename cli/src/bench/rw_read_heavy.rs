@@ -22,7 +22,9 @@ use rand::Rng;
 use tairlock::Keyspace;
 use tairlock_rwlock::{Options, RwLock};
 
-use super::{BenchRow, BenchStore, Samples};
+use super::common::BenchRow;
+use super::counted::BenchStore;
+use super::sample::Samples;
 
 const CLIENTS: usize = 4;
 const TASKS: usize = 16;
@@ -123,7 +125,7 @@ pub(super) async fn rw_read_heavy<S: BenchStore>(
         ops: reads,
     };
     let max_wait_ms = max_wait.lock().as_secs_f64() * 1e3;
-    let commands_per_op = super::per_op(before, after, reads);
+    let commands_per_op = super::sample::per_op(before, after, reads);
     let scenario = if share {
         "rw-read-heavy"
     } else {

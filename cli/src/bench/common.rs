@@ -1,0 +1,79 @@
+//! What every scenario shares: the row and the config, the scenario names, and the locks'
+//! options (their own key prefix).
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tairlock::{ExpireLock, Keyspace, Options, Store};
+
+/// One row of the bench table (and one object of `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    /// Scenario name.
+    pub scenario: String,
+    /// `memory` or `redis`.
+    pub store: String,
+    /// Operations per second (see the scenario table for what one op is).
+    pub ops_per_sec: Option<f64>,
+    /// Median latency of one op, µs.
+    pub p50_us: Option<f64>,
+    /// 99th percentile latency, µs.
+    pub p99_us: Option<f64>,
+    /// Ratio to the floor (null where it has no meaning).
+    pub ratio_to_floor: Option<f64>,
+    /// Server commands per operation (for a contended scenario: per acquisition).
+    pub commands_per_op: Option<f64>,
+    /// Contended scenarios: the share of acquisitions by the worker that held the lock last, %.
+    pub same_worker_pct: Option<f64>,
+    /// Contended scenarios: the longest one worker waited for one acquisition, ms.
+    pub max_wait_ms: Option<f64>,
+    /// Anything else worth knowing (max wait, same-worker share, bytes, ...).
+    pub note: String,
+}
+
+/// Settings of one bench run.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// How long each timed scenario runs.
+    pub duration: Duration,
+    /// Scenarios to run, by name (all if empty).
+    pub only: Vec<String>,
+}
+
+/// Every scenario name, in table order.
+pub const SCENARIOS: [&str; 22] = [
+    "floor-cycle",
+    "ping",
+    "expire-lock-cycle",
+    "expire-lock-cycle-scripted",
+    "reentrant-reacquire",
+    "rw-read-cycle",
+    "rw-read-heavy",
+    "rw-read-heavy-unshared",
+    "legacy-getset-cycle",
+    "legacy-scripted-cycle",
+    "contended-handoff",
+    "contended-separate-clients",
+    "contended-fair",
+    "contended-poll-setnx",
+    "contended-poll-getset",
+    "local-waiters-1",
+    "local-waiters-8",
+    "local-waiters-32",
+    "many-keys-throughput",
+    "redis-benchmark-evalsha",
+    "memory-per-lock",
+    "memory-per-rwlock",
+];
+
+pub(super) fn options() -> Options {
+    Options::default().keyspace(Keyspace::new("tairlock-bench:").expect("valid prefix"))
+}
+
+pub(super) fn locks<S: Store>(store: &S) -> ExpireLock<S> {
+    ExpireLock::with_options(store.clone(), options())
+}
+
+pub(super) fn bare_error(e: redis::RedisError) -> tairlock::Error {
+    tairlock::Error::new(tairlock::ErrorKind::Server, format!("bare client: {e}"))
+}

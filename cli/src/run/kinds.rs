@@ -1,0 +1,217 @@
+//! The lock kinds `tairlock run` can hold, behind one interface: the expire lock (plain or fair),
+//! a reader/writer lock's read or write side, and the legacy `SETNX`/`GETSET` wire format
+//! ([`legacy`](super::legacy)). The supervisor machinery in [`run`](super::run) sees only
+//! [`Locker`] and [`Hold`], so it works the same for every kind.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tairlock::{ExpireLock, LockGuard, Store, Unlock};
+use tairlock_rwlock::{ReadGuard, Release, RwLock, WriteGuard};
+use tokio::time::Instant;
+
+/// What a final release found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// The lease was ours and is given back.
+    Released,
+    /// The lease was no longer ours: `what` says how the release found it ("gone", "held by
+    /// someone else", ...).
+    Gone(&'static str),
+    /// No definite answer; the lease runs out by itself.
+    Failed(String),
+}
+
+/// A lock held for the command, its lease kept alive by a watchdog.
+pub trait Hold: Send + Sync {
+    /// `TAIRLOCK_KEY`: the key the hold lives in.
+    fn key(&self) -> &str;
+    /// `TAIRLOCK_FENCE`, when this kind issues fencing tokens.
+    fn fence(&self) -> Option<u64>;
+    /// The local instant the lease ends unless a renewal moves it (`None`: no expiry known).
+    fn deadline(&self) -> Option<Instant>;
+    /// Whether the lease is known lost (a definite answer, or its deadline passed).
+    fn is_lost(&self) -> bool;
+    /// Resolves once the lease is lost. Cancel safe.
+    fn lost(&self) -> impl Future<Output = ()> + Send;
+    /// Stop renewing and give the lease back.
+    fn release(self) -> impl Future<Output = Released> + Send;
+}
+
+/// A lock kind that can be waited for.
+pub trait Locker: Send + Sync {
+    /// What a successful acquisition holds.
+    type Hold: Hold;
+    /// Take the lock `name`: wait forever (`None`), make one attempt (`Some(0)`), or keep trying
+    /// for that long. `Ok(None)`: not had in time.
+    fn acquire(
+        &self,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = tairlock::Result<Option<Self::Hold>>> + Send;
+}
+
+/// The expire lock's hold.
+#[derive(Debug)]
+pub struct ExpireHold<S: Store> {
+    guard: LockGuard<S>,
+    key: String,
+}
+
+impl<S: Store> Locker for ExpireLock<S> {
+    type Hold = ExpireHold<S>;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> tairlock::Result<Option<Self::Hold>> {
+        let key = self.keys(name)?.lock;
+        let guard = match wait {
+            None => Some(self.lock(name).await?),
+            Some(wait) if wait.is_zero() => self.try_lock(name).await?,
+            Some(wait) => self.try_lock_for(name, wait).await?,
+        };
+        Ok(guard.map(|guard| ExpireHold { guard, key }))
+    }
+}
+
+impl<S: Store> Hold for ExpireHold<S> {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn fence(&self) -> Option<u64> {
+        Some(self.guard.fence())
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.guard.lease().deadline()
+    }
+
+    fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    async fn release(self) -> Released {
+        match self.guard.release().await {
+            Ok(Unlock::Released) => Released::Released,
+            Ok(Unlock::NotHeld) => Released::Gone("gone"),
+            Ok(Unlock::HeldByOther) => Released::Gone("held by someone else"),
+            Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
+        }
+    }
+}
+
+/// Which side of a reader/writer lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Shared: readers overlap.
+    Read,
+    /// Exclusive: a writer excludes readers and writers.
+    Write,
+}
+
+/// A reader/writer lock, taken on one side.
+#[derive(Debug)]
+pub struct RwLocker<S: Store> {
+    /// The locks.
+    pub locks: RwLock<S>,
+    /// The side taken.
+    pub side: Side,
+}
+
+/// A read or write hold on a reader/writer lock.
+#[derive(Debug)]
+pub enum RwHold<S: Store> {
+    /// A reader, with the readers key.
+    Read(ReadGuard<S>, String),
+    /// The writer, with the writer key.
+    Write(WriteGuard<S>, String),
+}
+
+impl<S: Store> Locker for RwLocker<S> {
+    type Hold = RwHold<S>;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> tairlock::Result<Option<Self::Hold>> {
+        let keys = self.locks.keys(name)?;
+        let locks = &self.locks;
+        Ok(match self.side {
+            Side::Read => {
+                let guard = match wait {
+                    None => Some(locks.read(name).await?),
+                    Some(wait) if wait.is_zero() => locks.try_read(name).await?,
+                    Some(wait) => locks.try_read_for(name, wait).await?,
+                };
+                guard.map(|g| RwHold::Read(g, keys.readers))
+            }
+            Side::Write => {
+                let guard = match wait {
+                    None => Some(locks.write(name).await?),
+                    Some(wait) if wait.is_zero() => locks.try_write(name).await?,
+                    Some(wait) => locks.try_write_for(name, wait).await?,
+                };
+                guard.map(|g| RwHold::Write(g, keys.writer))
+            }
+        })
+    }
+}
+
+impl<S: Store> Hold for RwHold<S> {
+    fn key(&self) -> &str {
+        match self {
+            RwHold::Read(_, key) | RwHold::Write(_, key) => key,
+        }
+    }
+
+    /// Writers get a token; readers do not write, and get none.
+    fn fence(&self) -> Option<u64> {
+        match self {
+            RwHold::Read(..) => None,
+            RwHold::Write(guard, _) => Some(guard.fence()),
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        match self {
+            RwHold::Read(guard, _) => guard.deadline(),
+            RwHold::Write(guard, _) => guard.deadline(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            RwHold::Read(guard, _) => guard.is_lost(),
+            RwHold::Write(guard, _) => guard.is_lost(),
+        }
+    }
+
+    async fn lost(&self) {
+        match self {
+            RwHold::Read(guard, _) => guard.lost().await,
+            RwHold::Write(guard, _) => guard.lost().await,
+        }
+    }
+
+    async fn release(self) -> Released {
+        let outcome = match self {
+            RwHold::Read(guard, _) => guard.release().await,
+            RwHold::Write(guard, _) => guard.release().await,
+        };
+        match outcome {
+            // `StillHeld` needs a reentrant owner, which `run` never is.
+            Ok(Release::Released | Release::StillHeld) => Released::Released,
+            Ok(Release::Lost) => Released::Gone("gone"),
+            Ok(_) => Released::Gone("in an unknown state"),
+            Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! `tairlock unlock --force KEY`: delete a lock whoever holds it, for every kind — the expire
+//! lock, a reader/writer lock (its writer, every live reader and a waiting writer's intent), and
+//! a legacy `SETNX`/`GETSET` key. A key that holds anything but one of our locks (a user's data)
+//! is refused, and nothing is deleted.
+//!
+//! | kind | how | refused when |
+//! |---|---|---|
+//! | expire lock | one script ([`ExpireLock::force_unlock`]) | the key is not a string, or not a `tl1:` lease |
+//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone | any of the lock's keys holds somebody else's data |
+//! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
+//!
+//! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
+//! course delete the lock of a holder that arrived in between, which is what "force" means.
+
+use serde::Serialize;
+use tairlock::{ErrorKind, ExpireLock, Keyspace, Options, Reply, Store};
+use tairlock_legacy::WatchStore;
+use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
+use tairlock_legacy::wire::parse_value;
+use tairlock_rwlock::RwLock;
+
+use crate::exit::Exit;
+
+/// How many times a legacy unlock retries after the key changed under its `WATCH`.
+const WATCH_ATTEMPTS: usize = 8;
+
+/// Which kind of lock to unlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// The expire lock, `<prefix>{name}`.
+    Expire,
+    /// A reader/writer lock, `<prefix>{name}:w`, `:r`, `:wi`.
+    Rw,
+    /// A legacy key, exactly as named.
+    Legacy,
+}
+
+/// What `unlock --force` did: printed as text, or as JSON with `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnlockReport {
+    /// The lock name (the key itself for a legacy lock).
+    pub name: String,
+    /// The kind unlocked.
+    pub kind: Kind,
+    /// `deleted`, `not-held`, or `refused` (a key holds data that is not a lock; nothing
+    /// deleted).
+    pub outcome: String,
+    /// The keys the lock lives in.
+    pub keys: Vec<String>,
+    /// Reader/writer locks: whether a writer's lease was deleted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writer: Option<bool>,
+    /// Reader/writer locks: how many live readers were removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readers: Option<usize>,
+    /// Reader/writer locks: whether a waiting writer's intent was removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent: Option<bool>,
+    /// Why it was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl UnlockReport {
+    fn new(name: &str, kind: Kind, keys: Vec<String>) -> Self {
+        UnlockReport {
+            name: name.to_owned(),
+            kind,
+            outcome: "not-held".to_owned(),
+            keys,
+            writer: None,
+            readers: None,
+            intent: None,
+            reason: None,
+        }
+    }
+
+    fn refused(mut self, reason: String) -> Self {
+        self.outcome = "refused".to_owned();
+        self.reason = Some(reason);
+        self
+    }
+
+    fn deleted_if(mut self, deleted: bool) -> Self {
+        if deleted {
+            self.outcome = "deleted".to_owned();
+        }
+        self
+    }
+
+    /// The exit code: [`Exit::Refused`] for a refusal, else [`Exit::Ok`].
+    pub fn exit(&self) -> Exit {
+        if self.outcome == "refused" {
+            Exit::Refused
+        } else {
+            Exit::Ok
+        }
+    }
+
+    /// One human-readable line.
+    pub fn text(&self) -> String {
+        let what = match self.kind {
+            Kind::Expire => "the lock",
+            Kind::Rw => "the reader/writer lock",
+            Kind::Legacy => "the legacy lock",
+        };
+        match self.outcome.as_str() {
+            "refused" => format!(
+                "refusing to delete {what} {}: {}",
+                self.name,
+                self.reason.as_deref().unwrap_or("not one of our locks")
+            ),
+            "deleted" if self.kind == Kind::Rw => format!(
+                "deleted {what} {}: writer {}, {} reader(s), intent {}",
+                self.name,
+                if self.writer == Some(true) {
+                    "removed"
+                } else {
+                    "none"
+                },
+                self.readers.unwrap_or(0),
+                if self.intent == Some(true) {
+                    "removed"
+                } else {
+                    "none"
+                },
+            ),
+            "deleted" => format!("deleted {what} {}", self.name),
+            _ => format!("{what} {} is not held", self.name),
+        }
+    }
+}
+
+/// Force-unlock the expire lock `name`.
+///
+/// # Errors
+///
+/// Store errors (a refusal is a report, not an error). When no reply came, the lock may or may
+/// not have been deleted: look with `tairlock inspect` before forcing again.
+///
+/// # Cancel safety
+///
+/// One script: dropped before it was sent, nothing happened; after, it may have run.
+pub async fn expire<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+) -> tairlock::Result<UnlockReport> {
+    let locks = ExpireLock::with_options(store, Options::default().keyspace(keyspace));
+    let report = UnlockReport::new(name, Kind::Expire, vec![locks.keys(name)?.lock]);
+    match locks.force_unlock(name).await {
+        Ok(deleted) => Ok(report.deleted_if(deleted)),
+        Err(e) if e.is_wrong_type() => Ok(report.refused(e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
+/// Force-unlock the reader/writer lock `name`: its writer, every live reader and a waiting
+/// writer's intent, as one snapshot saw them.
+///
+/// # Errors
+///
+/// Store errors; the holds released before the error stay released, and a repeat releases the
+/// rest.
+///
+/// # Cancel safety
+///
+/// Each hold is released by one script: dropped midway, some holds are released and the rest
+/// are not; a repeat finishes the job.
+pub async fn rw<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+) -> tairlock::Result<UnlockReport> {
+    let locks = RwLock::with_options(
+        store,
+        tairlock_rwlock::Options::default().keyspace(keyspace),
+    );
+    let keys = locks.keys(name)?;
+    let report = UnlockReport::new(
+        name,
+        Kind::Rw,
+        vec![
+            keys.writer.clone(),
+            keys.readers.clone(),
+            keys.intent.clone(),
+        ],
+    );
+    let refuse = |e: tairlock::Error, report: UnlockReport| {
+        if e.is_wrong_type() {
+            Ok(report.refused(e.to_string()))
+        } else {
+            Err(e)
+        }
+    };
+    let (mut writer, mut readers, mut intent) = (false, 0, false);
+    // A writer's lease rotates with each renewal: one that renewed between the snapshot and
+    // its release is looked at again.
+    for _ in 0..WATCH_ATTEMPTS {
+        let seen = locks.inspect(name).await?;
+        if !seen.foreign.is_empty() {
+            let foreign: Vec<String> = seen
+                .foreign
+                .iter()
+                .map(|(key, kind)| format!("{key} holds a {kind} that is not ours"))
+                .collect();
+            return Ok(report.refused(foreign.join("; ")));
+        }
+        // The intent first: once the readers are gone, a waiting writer takes the lock with
+        // the nonce of its intent, and abandoning that nonce afterwards would delete the new
+        // writer's lease as well (a writer still waiting announces its intent again).
+        if let Some(waiting) = &seen.intent {
+            match locks.write_abandon(name, &waiting.nonce).await {
+                Ok(n) => intent |= n > 0,
+                Err(e) => return refuse(e, report),
+            }
+        }
+        let mut renewed = false;
+        if let Some(lease) = &seen.writer {
+            match locks.write_release(name, lease).await {
+                Ok(tairlock::Unlock::Released) => writer = true,
+                Ok(tairlock::Unlock::HeldByOther) => renewed = true,
+                Ok(_) => {}
+                Err(e) => return refuse(e, report),
+            }
+        }
+        for reader in &seen.readers {
+            match locks.read_release(name, &reader.nonce).await {
+                Ok(true) => readers += 1,
+                Ok(false) => {}
+                Err(e) => return refuse(e, report),
+            }
+        }
+        if !renewed {
+            break;
+        }
+    }
+    let mut report = report.deleted_if(writer || readers > 0 || intent);
+    report.writer = Some(writer);
+    report.readers = Some(readers);
+    report.intent = Some(intent);
+    Ok(report)
+}
+
+/// Whether `value` reads as a legacy lock's timestamp: a Unix time, in seconds or in
+/// milliseconds, from 2000 to ten years from now. A bare integer is all the format has, so
+/// this is what tells a lock from a user's counter (`123` is refused; a counter that happens to
+/// hold a present-day Unix time is not told apart).
+pub fn plausible_timestamp(value: u64) -> bool {
+    const Y2K: u64 = 946_684_800;
+    const TEN_YEARS: u64 = 10 * 366 * 86_400;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let seconds = Y2K..=now + TEN_YEARS;
+    let millis = Y2K * 1000..=(now + TEN_YEARS) * 1000;
+    seconds.contains(&value) || millis.contains(&value)
+}
+
+/// Force-unlock the legacy lock at `key` (exactly as named): delete it if it holds a legacy
+/// timestamp, whoever wrote it. The fence key stays, so fencing tokens keep increasing.
+///
+/// # Errors
+///
+/// Store errors; [`ErrorKind::Server`] when the key kept changing under `WATCH`.
+///
+/// # Cancel safety
+///
+/// The delete is one `MULTI`/`EXEC`: dropped midway, the key is deleted or untouched.
+pub async fn legacy<S: WatchStore>(store: S, key: &str) -> tairlock::Result<UnlockReport> {
+    let report = UnlockReport::new(key, Kind::Legacy, vec![key.to_owned()]);
+    if key.is_empty() {
+        return Err(tairlock::Error::new(
+            ErrorKind::InvalidInput,
+            "lock key is empty",
+        ));
+    }
+    let keys = [key.to_owned()];
+    let mut con = store.watch_connection().await?;
+    for _ in 0..WATCH_ATTEMPTS {
+        let read = match con.watch(&keys, &[Read::Get(key.to_owned())]).await {
+            Ok(replies) => replies.into_iter().next().unwrap_or(Reply::Nil),
+            Err(e) if e.is_wrong_type() => {
+                let _ = con.unwatch().await;
+                return Ok(report.refused(format!("the key holds a non-string value ({e})")));
+            }
+            Err(e) => return Err(e),
+        };
+        let value = match read {
+            Reply::Nil => {
+                con.unwatch().await?;
+                return Ok(report);
+            }
+            Reply::Data(raw) => raw,
+            other => {
+                con.unwatch().await?;
+                return Err(tairlock::Error::new(
+                    ErrorKind::Server,
+                    format!("unexpected reply to GET {key}: {other:?}"),
+                ));
+            }
+        };
+        if !parse_value(&value).is_some_and(plausible_timestamp) {
+            con.unwatch().await?;
+            return Ok(report.refused(format!(
+                "the key holds {:?}, not a legacy lock timestamp (a Unix time in seconds or \
+                 milliseconds since 2000)",
+                String::from_utf8_lossy(&value)
+            )));
+        }
+        if con
+            .exec(&[TxOp::Del {
+                key: key.to_owned(),
+            }])
+            .await?
+            .is_some()
+        {
+            return Ok(report.deleted_if(true));
+        }
+    }
+    Err(tairlock::Error::new(
+        ErrorKind::Server,
+        format!("{key} kept changing while it was being deleted; try again"),
+    ))
+}

@@ -9,6 +9,10 @@
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
 //! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
+//! | [`SEM_ACQUIRE`] | holders, holdings, fence | nonce, permits, limit, lease ms, fence retention ms | `{1, expiry, fence, in use}` / `{0, wait ms, in use}` |
+//! | [`SEM_RENEW`] | holders, holdings, fence | nonce, lease ms, fence retention ms | `{1, expiry}` / `{-1}` |
+//! | [`SEM_RELEASE`] | holders, holdings | nonce, release channel, [publish cmd] | `1` / `-1` |
+//! | [`SEM_INSPECT`] | holders, holdings, fence | | `{types, last fence, holders...}` (read-only) |
 //!
 //! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
 //! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
@@ -22,6 +26,7 @@ mod fair;
 mod force_unlock;
 mod inspect;
 mod renew;
+mod semaphore;
 
 pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
@@ -29,12 +34,16 @@ pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
 pub use self::inspect::INSPECT;
 pub use self::renew::RENEW;
+pub use self::semaphore::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW};
 
 use crate::script::Script;
 use crate::store::memory::{CommandError, CommandResult, Db};
 
 /// The fair mode's scripts ([`Options::fair`](crate::Options::fair)).
 pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
+
+/// The semaphore's scripts ([`Semaphore`](crate::Semaphore)).
+pub static SEMAPHORE: [&Script; 4] = [&SEM_ACQUIRE, &SEM_RENEW, &SEM_RELEASE, &SEM_INSPECT];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [

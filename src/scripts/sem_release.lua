@@ -24,9 +24,6 @@ local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local live = score and tonumber(score) >= now
 redis.call('ZREM', KEYS[1], ARGV[1])
 local had = redis.call('HDEL', KEYS[2], ARGV[1]) == 1
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[2])
-end
 if not (live and had) then
   return -1
 end

@@ -173,9 +173,6 @@ fn release(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
     let live = db.zscore(holders, nonce)?.is_some_and(|s| s >= now as f64);
     db.zrem(holders, nonce)?;
     let had = db.hdel(holdings, nonce)?;
-    if db.zcard(holders)? == 0 {
-        db.del(holdings);
-    }
     if !(live && had) {
         return Ok(Reply::Int(-1));
     }

@@ -170,9 +170,7 @@ impl<S: Store> Semaphore<S> {
     /// Check `permits` against the limit: at least 1, at most the limit, and a limit of at
     /// least 1.
     fn check_permits(&self, permits: u32) -> Result<()> {
-        if self.limit == 0 {
-            return Err(Error::invalid("a semaphore's limit must be at least 1"));
-        }
+        self.check_limit()?;
         if permits == 0 {
             return Err(Error::invalid("acquire at least 1 permit"));
         }
@@ -181,6 +179,13 @@ impl<S: Store> Semaphore<S> {
                 "{permits} permits can never fit under a limit of {}",
                 self.limit
             )));
+        }
+        Ok(())
+    }
+
+    fn check_limit(&self) -> Result<()> {
+        if self.limit == 0 {
+            return Err(Error::invalid("a semaphore's limit must be at least 1"));
         }
         Ok(())
     }
@@ -368,9 +373,10 @@ impl<S: Store> Semaphore<S> {
     ///
     /// # Errors
     ///
-    /// Invalid name; [`ErrorKind::WrongType`] when a key of the layout holds data that is not
-    /// ours; store errors.
+    /// Invalid name, a limit of 0; [`ErrorKind::WrongType`] when a key of the layout holds
+    /// data that is not ours; store errors.
     pub async fn available(&self, name: &str) -> Result<u32> {
+        self.check_limit()?;
         let inspection = self.inspect(name).await?;
         if inspection.foreign {
             return Err(Error::new(

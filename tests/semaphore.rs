@@ -502,3 +502,48 @@ async fn the_lua_and_native_bodies_agree() {
     assert_eq!(r, m);
     assert_eq!(r[1], "busy 2");
 }
+
+/// On a 3-master cluster: a semaphore on each master (its three keys share one slot, so no
+/// CROSSSLOT), the limit holds, and a release wakes a waiter through the shard's pub/sub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_three_master_cluster() {
+    let cluster = support::cluster::RedisCluster::start(3);
+    let store = cluster.store().await;
+    let keys = cluster.one_key_per_master((0..200).map(|i| format!("tairlock:{{sem{i}}}:sem")));
+    for key in keys {
+        let name = &key["tairlock:{".len()..key.len() - "}:sem".len()];
+        let sem = Semaphore::new(store.clone(), 2);
+        let a = sem.acquire(name, 1).await.unwrap();
+        let b = sem.acquire(name, 1).await.unwrap();
+        assert!(b.fence() > a.fence());
+        assert!(sem.try_acquire(name, 1).await.unwrap().is_none());
+        assert_eq!(sem.available(name).await.unwrap(), 0);
+        let other = Semaphore::new(store.clone(), 2);
+        let waiter = {
+            let name = name.to_owned();
+            tokio::spawn(async move {
+                let guard = other.acquire(&name, 1).await.unwrap();
+                (Instant::now(), guard.release().await.unwrap())
+            })
+        };
+        tokio::time::sleep(ms(300)).await;
+        assert!(
+            !waiter.is_finished(),
+            "{name}: a full semaphore admitted a third"
+        );
+        let released = Instant::now();
+        a.release().await.unwrap();
+        let (entered, _) = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| cluster.fail(format!("{name}: the waiter was not woken")))
+            .unwrap();
+        let took = entered.duration_since(released);
+        assert!(
+            took < Duration::from_secs(5),
+            "{name}: woken after {took:?}"
+        );
+        let inspection = sem.inspect(name).await.unwrap();
+        assert_eq!(inspection.holders.len(), 1, "{inspection:?}");
+        b.release().await.unwrap();
+    }
+}

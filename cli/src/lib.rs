@@ -4,6 +4,7 @@
 //! - [`bench`](mod@bench): `tairlock bench`.
 //! - [`admin`]: `tairlock inspect` and `tairlock unlock --force`.
 //! - [`rw_inspect`]: `tairlock inspect` for reader/writer locks.
+//! - [`sem_inspect`]: `tairlock inspect` for semaphores.
 //! - `run` (Unix only): `tairlock run KEY -- CMD…`.
 
 pub mod admin;
@@ -12,3 +13,4 @@ pub mod race;
 #[cfg(unix)]
 pub mod run;
 pub mod rw_inspect;
+pub mod sem_inspect;

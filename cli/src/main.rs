@@ -38,7 +38,8 @@ enum Command {
     /// the same run.
     Bench(BenchArgs),
     /// Show a lock's holder, expiry, remaining time and fencing token; for a reader/writer lock
-    /// (--rw, or detected), the writer, the live readers with their leases, and writer intent.
+    /// (--rw, or detected), the writer, the live readers with their leases, and writer intent;
+    /// for a semaphore (--sem, or detected), its holders with their permits and leases.
     Inspect(InspectArgs),
     /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
     /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if
@@ -158,6 +159,10 @@ struct RunArgs {
     /// handing the lock straight to the next waiter (every client of the lock should use it).
     #[arg(long)]
     fair: bool,
+    /// Hold one of N permits of a semaphore named KEY instead of the lock: at most N commands
+    /// (of every `tairlock run --permits N KEY`) run at once, each with its own lease.
+    #[arg(long, value_name = "N", conflicts_with = "fair")]
+    permits: Option<u32>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -182,6 +187,10 @@ struct InspectArgs {
     /// Inspect a reader/writer lock (detected automatically when its keys exist).
     #[arg(long)]
     rw: bool,
+    /// Inspect a semaphore: its holders with their permits and remaining leases (detected
+    /// automatically when its keys exist).
+    #[arg(long, conflicts_with = "rw")]
+    sem: bool,
 }
 
 #[derive(Args, Debug)]
@@ -373,7 +382,7 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Race(args) => race_command(args),
-        Command::Inspect(InspectArgs { key, rw }) => {
+        Command::Inspect(InspectArgs { key, rw, sem }) => {
             if let Err(e) = key
                 .conn
                 .check_exclusive(&[("--cluster", !key.cluster.is_empty())])
@@ -401,6 +410,17 @@ fn main() -> ExitCode {
                 _ if key.cluster.is_empty() => Target::RedisWith(&key.redis, &redis),
                 _ => Target::ClusterWith(&key.cluster, &cluster),
             };
+            if !rw
+                && let Some(code) = tairlock_cli::sem_inspect::command_on(
+                    &key.key,
+                    &key.prefix,
+                    target,
+                    key.json,
+                    sem,
+                )
+            {
+                return ExitCode::from(code);
+            }
             match tairlock_cli::rw_inspect::command_on(&key.key, &key.prefix, target, key.json, rw)
             {
                 Some(code) => ExitCode::from(code),
@@ -746,6 +766,10 @@ fn run_command(args: RunArgs) -> ExitCode {
         eprintln!("tairlock: --ttl must be at least 30ms (it is renewed at a third of its length)");
         return ExitCode::from(2);
     }
+    if args.permits == Some(0) {
+        eprintln!("tairlock: --permits must be at least 1");
+        return ExitCode::from(2);
+    }
     let grace = match run::grace_for(args.ttl, args.grace) {
         Ok(grace) => grace,
         Err(e) => {
@@ -767,17 +791,24 @@ fn run_command(args: RunArgs) -> ExitCode {
                 return run::EXIT_STORE;
             }
         };
-        let options = Options::default()
-            .keyspace(keyspace)
-            .watchdog_lease(args.ttl)
-            .fair(args.fair);
-        let locks = ExpireLock::with_options(store, options);
         let spec = run::RunSpec {
             name,
             wait: args.wait,
             grace,
             command: args.command,
         };
+        if let Some(limit) = args.permits {
+            let options = tairlock::SemaphoreOptions::default()
+                .keyspace(keyspace)
+                .watchdog_lease(args.ttl);
+            let sem = tairlock::Semaphore::with_options(store, limit, options);
+            return run::run_permits(&sem, 1, &spec).await;
+        }
+        let options = Options::default()
+            .keyspace(keyspace)
+            .watchdog_lease(args.ttl)
+            .fair(args.fair);
+        let locks = ExpireLock::with_options(store, options);
         run::run(&locks, &spec).await
     });
     ExitCode::from(code)

@@ -1,6 +1,9 @@
 //! `tairlock run KEY -- CMD ARGS…`: run a command while holding a lock, like `flock(1)`.
 //!
-//! The lock is held with the watchdog on (renewed at a third of `--ttl`). The command gets
+//! The lock is held with the watchdog on (renewed at a third of `--ttl`). With `--permits N`
+//! it is one of N permits of a [`Semaphore`] instead (at most N commands run at once, each
+//! with its own lease; `TAIRLOCK_KEY` is then the semaphore's holders key); everything below
+//! holds the same. The command gets
 //! `TAIRLOCK_KEY` (the lock's Redis key), `TAIRLOCK_NAME` and `TAIRLOCK_FENCE` (the fencing
 //! token: pass it along with every write, so a resource can reject a holder that was paused past
 //! its lease).
@@ -56,7 +59,7 @@ use std::time::Duration;
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Pid, getpgrp, pipe2};
-use tairlock::{ExpireLock, LockGuard, Store, Unlock};
+use tairlock::{ExpireLock, LockGuard, PermitGuard, Semaphore, Store, Unlock};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use tokio::time::Instant;
@@ -211,15 +214,66 @@ struct SpecEnv<'a> {
     fence: u64,
 }
 
+/// What `run` holds while the command runs: an expire lock's guard, or a semaphore's permits
+/// (`--permits`).
+pub trait Hold: Send + Sync {
+    /// The fencing token, for `TAIRLOCK_FENCE`.
+    fn fence(&self) -> u64;
+    /// The local deadline of the lease in effect (it moves with every renewal).
+    fn deadline(&self) -> Option<Instant>;
+    /// Whether the lease is lost.
+    fn is_lost(&self) -> bool;
+    /// Resolves when the lease is lost.
+    fn lost(&self) -> impl std::future::Future<Output = ()> + Send;
+    /// Release: [`Unlock::Released`] when it was still held.
+    fn release(self) -> impl std::future::Future<Output = tairlock::Result<Unlock>> + Send;
+}
+
+impl<S: Store> Hold for LockGuard<S> {
+    fn fence(&self) -> u64 {
+        LockGuard::fence(self)
+    }
+    fn deadline(&self) -> Option<Instant> {
+        self.lease().deadline()
+    }
+    fn is_lost(&self) -> bool {
+        LockGuard::is_lost(self)
+    }
+    async fn lost(&self) {
+        LockGuard::lost(self).await;
+    }
+    async fn release(self) -> tairlock::Result<Unlock> {
+        LockGuard::release(self).await
+    }
+}
+
+impl<S: Store> Hold for PermitGuard<S> {
+    fn fence(&self) -> u64 {
+        PermitGuard::fence(self)
+    }
+    fn deadline(&self) -> Option<Instant> {
+        PermitGuard::deadline(self)
+    }
+    fn is_lost(&self) -> bool {
+        PermitGuard::is_lost(self)
+    }
+    async fn lost(&self) {
+        PermitGuard::lost(self).await;
+    }
+    async fn release(self) -> tairlock::Result<Unlock> {
+        PermitGuard::release(self).await
+    }
+}
+
 /// Resolves when the lease's local deadline is within `grace` and no renewal has moved it: the
 /// renewals are failing, and the command must stop now to end inside the lease.
-async fn renewals_overdue<S: Store>(guard: &LockGuard<S>, grace: Duration) {
+async fn renewals_overdue<H: Hold>(guard: &H, grace: Duration) {
     loop {
-        let Some(deadline) = guard.lease().deadline() else {
+        let Some(deadline) = guard.deadline() else {
             return std::future::pending().await;
         };
         tokio::time::sleep_until(deadline.checked_sub(grace).unwrap_or(deadline)).await;
-        if guard.lease().deadline() == Some(deadline) {
+        if guard.deadline() == Some(deadline) {
             return;
         }
     }
@@ -260,6 +314,30 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
         Some(wait) => locks.try_lock_for(&spec.name, wait).await,
         None => locks.lock(&spec.name).await.map(Some),
     };
+    let key = locks.keys(&spec.name).map(|k| k.lock).unwrap_or_default();
+    hold_and_run(acquired, &key, spec).await
+}
+
+/// [`run`] holding `permits` of the semaphore `spec.name` (`--permits`): at most its limit of
+/// commands run at once. `TAIRLOCK_KEY` is the semaphore's holders key.
+///
+/// # Cancel safety
+///
+/// As [`run`].
+pub async fn run_permits<S: Store>(sem: &Semaphore<S>, permits: u32, spec: &RunSpec) -> u8 {
+    let acquired = match spec.wait {
+        Some(wait) => sem.try_acquire_for(&spec.name, permits, wait).await,
+        None => sem.acquire(&spec.name, permits).await.map(Some),
+    };
+    let key = sem.keys(&spec.name).map(|k| k.holders).unwrap_or_default();
+    hold_and_run(acquired, &key, spec).await
+}
+
+async fn hold_and_run<H: Hold>(
+    acquired: tairlock::Result<Option<H>>,
+    key: &str,
+    spec: &RunSpec,
+) -> u8 {
     let guard = match acquired {
         Ok(Some(guard)) => guard,
         Ok(None) => {
@@ -275,7 +353,6 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
             return EXIT_STORE;
         }
     };
-    let key = locks.keys(&spec.name).map(|k| k.lock).unwrap_or_default();
     // Install the handlers before the command starts: a SIGTERM/SIGINT arriving between the
     // spawn and the installation would otherwise kill tairlock with the default action (the
     // lifeline would then kill the command, but without a word).
@@ -286,7 +363,7 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     };
     let env = SpecEnv {
         command: &spec.command,
-        key: &key,
+        key,
         name: &spec.name,
         fence: guard.fence(),
     };
@@ -359,7 +436,10 @@ pub async fn run<S: Store>(locks: &ExpireLock<S>, spec: &RunSpec) -> u8 {
     drop(group.lifeline);
 
     if stop == Some(Stop::Overdue)
-        && let Some(left) = guard.lease().remaining().filter(|left| !left.is_zero())
+        && let Some(left) = guard
+            .deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
     {
         eprintln!(
             "tairlock run: the command's process group ended {left:?} before the lease's deadline"

@@ -121,6 +121,12 @@ impl<S: Store> PermitGuard<S> {
         &self.shared.permit.nonce
     }
 
+    /// The local deadline of the lease in effect: it moves with every renewal, and past it
+    /// the permits must not be relied on.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.shared.live.deadline()
+    }
+
     /// Whether the permits are lost: a renewal found the holder gone, or no renewal was
     /// answered before the lease's local deadline. Once true, stays true.
     pub fn is_lost(&self) -> bool {

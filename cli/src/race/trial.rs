@@ -114,6 +114,7 @@ impl Trial {
     /// lock): an overlap needs an exclusive holder on one side. The grant happened when the
     /// store applied the client's write of `value` (now, for a holding the store keeps no
     /// string of, such as a reader's entry).
+    #[cfg(test)]
     pub(crate) fn enter(&self, client: usize, value: &[u8], shared: bool) -> u64 {
         self.enter_counting(client, value, shared, 1)
     }

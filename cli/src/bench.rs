@@ -24,6 +24,8 @@
 //! | `contended-fair` | the same in fair mode ([`Options::fair`]) | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
 //! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
+//! | `semaphore-cycle` | [`Semaphore`](tairlock::Semaphore) attempt + release of one of 3 permits (the note has each one's p50) | floor cycle |
+//! | `contended-semaphore` | one acquisition by one of 8 clients (own connections) of 3 permits, holding 1 ms; latency = the wait | — |
 //! | `local-waiters-N` | one handoff among N waiters in one client | — (commands per handoff) |
 //! | `many-keys-throughput` | one script call, 64 tasks over 1,000 keys | — (compare `redis-benchmark-evalsha`) |
 //! | `redis-benchmark-evalsha` | `redis-benchmark -n 200000 -c 50` EVALSHA on the same server | — |
@@ -54,6 +56,8 @@ use tairlock::{
     Acquire, ClusterStore, ExpireLock, Keyspace, MemoryStore, Options, Owner, RedisStore, Redlock,
     RedlockOptions, ReentrantLock, Reply, Script, Store, Ttl,
 };
+
+mod semaphore;
 
 /// The floor's compare-and-delete.
 static FLOOR_CAD: Script = Script::new(
@@ -104,7 +108,7 @@ pub struct BenchConfig {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 20] = [
+pub const SCENARIOS: [&str; 22] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
@@ -118,6 +122,8 @@ pub const SCENARIOS: [&str; 20] = [
     "contended-fair",
     "contended-poll-setnx",
     "contended-poll-getset",
+    "semaphore-cycle",
+    "contended-semaphore",
     "local-waiters-1",
     "local-waiters-8",
     "local-waiters-32",
@@ -751,6 +757,8 @@ pub async fn run<S: BenchStore>(
                 contended(&store, 8, d, Handoff::PollGetSet, ping_p50).await?
             }
             "contended-poll-setnx" => contended(&store, 8, d, Handoff::PollSetNx, ping_p50).await?,
+            "semaphore-cycle" => semaphore::cycle(&store, d, floor_cycle).await?,
+            "contended-semaphore" => semaphore::contended(&store, d).await?,
             "local-waiters-1" => contended(&store, 1 + 1, d, Handoff::Notify, ping_p50).await?,
             "local-waiters-8" => contended(&store, 8 + 1, d, Handoff::Notify, ping_p50).await?,
             "local-waiters-32" => contended(&store, 32 + 1, d, Handoff::Notify, ping_p50).await?,

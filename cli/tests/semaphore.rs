@@ -134,7 +134,10 @@ fn inspect_shows_the_holders_and_their_leases() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{args:?}: {out:?}");
         assert!(text.contains("semaphore   pool"), "{args:?}: {text}");
-        assert!(text.contains("1 live, 1 permits in use"), "{args:?}: {text}");
+        assert!(
+            text.contains("1 live, 1 permits in use"),
+            "{args:?}: {text}"
+        );
         assert!(text.contains("1 permit(s), fence"), "{args:?}: {text}");
     }
     let out = tairlock(&server, &["inspect", "pool", "--json"])

@@ -19,7 +19,8 @@ use std::time::Duration;
 use support::{Env, RedisServer, TestStore};
 use tairlock::semaphore::PermitAttempt;
 use tairlock::{
-    ErrorKind, MemoryStore, RedisStore, Semaphore, SemaphoreOptions, Store, Unlock, WaitStrategy,
+    ErrorKind, MemoryStore, RedisStore, Reply, Script, Semaphore, SemaphoreOptions, Store, Unlock,
+    WaitStrategy,
 };
 use tokio::time::Instant;
 
@@ -546,4 +547,64 @@ async fn on_a_three_master_cluster() {
         assert_eq!(inspection.holders.len(), 1, "{inspection:?}");
         b.release().await.unwrap();
     }
+}
+
+/// A store that applies the first `lose` acquire scripts and then loses their replies (a
+/// timeout after the server applied them).
+#[derive(Clone, Debug)]
+struct LoseAcquireReplies {
+    inner: MemoryStore,
+    lose: Arc<AtomicUsize>,
+}
+
+impl Store for LoseAcquireReplies {
+    support::forward_plain_commands!();
+    async fn eval(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> tairlock::Result<Reply> {
+        let reply = self.inner.eval(script, keys, args).await?;
+        let lost = script.name() == tairlock::scripts::SEM_ACQUIRE.name()
+            && self
+                .lose
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if lost {
+            return Err(tairlock::Error::new(ErrorKind::Timeout, "reply lost"));
+        }
+        Ok(reply)
+    }
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.inner.runtime()
+    }
+}
+
+/// Two acquire replies in a row are lost after the server applied them (the call's own repeat
+/// and the engine's next attempt): the acquisition still holds exactly one permit, under its
+/// one nonce.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_acquire_replies_never_take_a_second_permit() {
+    let store = LoseAcquireReplies {
+        inner: Env::memory_real_time().store,
+        lose: Arc::new(AtomicUsize::new(2)),
+    };
+    let sem = Semaphore::new(store.clone(), 2);
+    let guard = tokio::time::timeout(Duration::from_secs(10), sem.acquire("lost", 1))
+        .await
+        .expect("the acquire rides the lost replies")
+        .unwrap();
+    assert_eq!(
+        store.lose.load(Ordering::SeqCst),
+        0,
+        "both replies were lost"
+    );
+    let inspection = sem.inspect("lost").await.unwrap();
+    assert_eq!(inspection.holders.len(), 1, "{inspection:?}");
+    assert_eq!(inspection.holders[0].nonce, guard.nonce());
+    assert_eq!(inspection.holders[0].fence, guard.fence());
+    assert_eq!(sem.available("lost").await.unwrap(), 1);
+    assert_eq!(guard.release().await.unwrap(), Unlock::Released);
+    assert_eq!(sem.available("lost").await.unwrap(), 2);
 }

@@ -154,6 +154,11 @@ async fn a_repeated_acquire_with_the_same_nonce_takes_nothing_more<S: TestStore>
         sem.attempt("rep", 1, ttl, "n2").await.unwrap(),
         PermitAttempt::Acquired(p) if p.fence == second.fence
     ));
+    // A repeat asking for more permits gets what the first attempt took, no more.
+    assert!(matches!(
+        sem.attempt("rep", 2, ttl, "n2").await.unwrap(),
+        PermitAttempt::Acquired(p) if p.fence == second.fence && p.permits == 1
+    ));
     let inspection = sem.inspect("rep").await.unwrap();
     assert_eq!(inspection.holders.len(), 2, "{inspection:?}");
     assert_eq!(inspection.in_use, 2);

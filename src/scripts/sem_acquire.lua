@@ -9,9 +9,11 @@
 --   ARGV[4]  lease length in ms (> 0)
 --   ARGV[5]  how long the fence state outlives the lease, in ms
 -- Returns
---   {1, expiry ms, fence, permits in use}   taken now, or held already under this nonce (a
+--   {1, expiry ms, fence, permits in use, permits held}
+--                                           taken now, or held already under this nonce (a
 --                                           repeat: its lease is moved to ARGV[4] from now,
---                                           its permits and fence kept); safe to repeat.
+--                                           its permits and fence kept, whatever ARGV[2]
+--                                           says); safe to repeat.
 --   {0, wait ms, permits in use}            they do not fit: the earliest holder's lease ends
 --                                           in wait ms (0 when nobody holds any: the limit
 --                                           itself is too small, impossible after validation).
@@ -76,7 +78,8 @@ if mine and redis.call('ZSCORE', KEYS[1], nonce) then
   redis.call('ZADD', KEYS[1], string.format('%d', expiry), nonce)
   stretch(KEYS[1], ttl)
   stretch(KEYS[2], ttl)
-  return {1, expiry, tonumber(string.match(mine, ':(%d+)$')), in_use()}
+  local held, fence = string.match(mine, '^(%d+):(%d+)$')
+  return {1, expiry, tonumber(fence), in_use(), tonumber(held)}
 end
 local used = in_use()
 if used + permits > limit then
@@ -100,4 +103,4 @@ if keep < ttl + retention then
   keep = ttl + retention
 end
 redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', keep)
-return {1, expiry, fence, used + permits}
+return {1, expiry, fence, used + permits, permits}

@@ -101,12 +101,13 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         db.zadd(holders, expiry as f64, nonce)?;
         stretch(db, holders, ttl);
         stretch(db, holdings, ttl);
-        let fence = holding(&mine).map_or(0, |(_, f)| f);
+        let (held, fence) = holding(&mine).unwrap_or_default();
         return Ok(Reply::Array(vec![
             Reply::Int(1),
             Reply::Int(expiry as i64),
             Reply::Int(fence as i64),
             Reply::Int(in_use(db, holdings)? as i64),
+            Reply::Int(held as i64),
         ]));
     }
     let used = in_use(db, holdings)?;
@@ -138,6 +139,7 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         Reply::Int(expiry as i64),
         Reply::Int(fence as i64),
         Reply::Int((used + permits) as i64),
+        Reply::Int(permits as i64),
     ]))
 }
 

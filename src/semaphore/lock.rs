@@ -44,7 +44,7 @@ impl SemaphoreKeys {
 pub struct Permit {
     /// The holder's nonce: the only way to renew or release these permits.
     pub nonce: String,
-    /// How many permits it holds.
+    /// How many permits it holds (as the server recorded them).
     pub permits: u32,
     /// The fencing token of this acquisition.
     pub fence: u64,
@@ -213,7 +213,8 @@ impl<S: Store> Semaphore<S> {
     /// release. One round trip.
     ///
     /// Safe to repeat with the same nonce: a repeat finds the permits the first attempt took
-    /// (same fencing token) and moves their lease to `ttl` from now, rather than taking more.
+    /// (same count and fencing token, whatever `permits` the repeat asks for) and moves their
+    /// lease to `ttl` from now, rather than taking more.
     ///
     /// # Errors
     ///
@@ -258,7 +259,9 @@ impl<S: Store> Semaphore<S> {
         match int(0) {
             Some(1) => Ok(PermitAttempt::Acquired(Permit {
                 nonce: nonce.to_owned(),
-                permits,
+                permits: int(4)
+                    .unwrap_or(i64::from(permits))
+                    .clamp(0, i64::from(u32::MAX)) as u32,
                 fence: int(2).ok_or_else(bad)? as u64,
                 expiry_ms: int(1).ok_or_else(bad)? as u64,
                 deadline: engine::local_deadline(sent, ttl),

@@ -59,7 +59,14 @@ on_both_stores!(
     a_key_holding_user_data_is_an_error_and_untouched,
     a_holder_whose_permits_are_gone_is_reported_lost,
     a_lease_without_renewal_returns_the_permit,
+    fair_waiters_get_their_permits_in_arrival_order,
+    a_newcomer_does_not_overtake_a_fair_waiter,
+    a_crashed_fair_waiter_holds_the_queue_up_at_most_its_waiter_lease,
 );
+
+fn fair() -> SemaphoreOptions {
+    SemaphoreOptions::default().fair(true).waiter_lease(ms(600))
+}
 
 /// Eight clients (separate `Semaphore` values, as separate processes would be) take 1 or 2 of 3
 /// permits in a loop; the permits held at once, counted locally, never exceed 3.
@@ -612,4 +619,91 @@ async fn lost_acquire_replies_never_take_a_second_permit() {
     assert_eq!(sem.available("lost").await.unwrap(), 1);
     assert_eq!(guard.release().await.unwrap(), Unlock::Released);
     assert_eq!(sem.available("lost").await.unwrap(), 2);
+}
+
+/// Fair mode: three clients queue one after the other for a full semaphore of 1; each release
+/// lets the next in arrival order in.
+async fn fair_waiters_get_their_permits_in_arrival_order<S: TestStore>(env: Env<S>) {
+    let sem = Semaphore::with_options(env.store.clone(), 1, fair());
+    let holder = sem.acquire("fifo", 1).await.unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for who in 0..3 {
+        let client = Semaphore::with_options(env.store.clone(), 1, fair());
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client.acquire("fifo", 1).await.unwrap();
+            order.lock().push(who);
+            tokio::time::sleep(ms(30)).await;
+            guard.release().await.unwrap();
+        }));
+        // Each is queued before the next arrives.
+        tokio::time::sleep(ms(150)).await;
+    }
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("every waiter gets in")
+            .unwrap();
+    }
+    assert_eq!(*order.lock(), vec![0, 1, 2], "{}", env.context());
+}
+
+/// Fair mode: once a waiter is queued, a newcomer's single attempt is refused even when a
+/// permit is free, until the waiter has had its turn.
+async fn a_newcomer_does_not_overtake_a_fair_waiter<S: TestStore>(env: Env<S>) {
+    let sem = Semaphore::with_options(env.store.clone(), 2, fair());
+    let a = sem.acquire("turn", 1).await.unwrap();
+    let b = sem.acquire("turn", 1).await.unwrap();
+    // A waiter for both permits queues behind the two holders.
+    let waiter_sem = Semaphore::with_options(env.store.clone(), 2, fair());
+    let waiter = tokio::spawn(async move {
+        let guard = waiter_sem.acquire("turn", 2).await.unwrap();
+        tokio::time::sleep(ms(100)).await;
+        guard.release().await.unwrap();
+    });
+    tokio::time::sleep(ms(200)).await;
+    a.release().await.unwrap();
+    // One permit is free, but the waiter ahead wants two: a newcomer waits its turn.
+    let newcomer = Semaphore::with_options(env.store.clone(), 2, fair());
+    assert!(newcomer.try_acquire("turn", 1).await.unwrap().is_none());
+    b.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gets both permits")
+        .unwrap();
+    let after = newcomer.try_acquire("turn", 1).await.unwrap();
+    assert!(after.is_some(), "free again once the waiter is done");
+}
+
+/// Fair mode: a waiter that queued and crashed (no refresh, no leave) holds up a waiter behind
+/// it at most its waiter lease.
+async fn a_crashed_fair_waiter_holds_the_queue_up_at_most_its_waiter_lease<S: TestStore>(
+    env: Env<S>,
+) {
+    let sem = Semaphore::with_options(env.store.clone(), 1, fair());
+    let holder = sem.acquire("ghost", 1).await.unwrap();
+    let ttl = Duration::from_secs(10);
+    assert!(matches!(
+        sem.attempt_queued("ghost", 1, ttl, "ghost").await.unwrap(),
+        PermitAttempt::Busy { .. }
+    ));
+    let started = Instant::now();
+    let next = Semaphore::with_options(env.store.clone(), 1, fair());
+    let waiter = tokio::spawn(async move { next.acquire("ghost", 1).await.unwrap() });
+    tokio::time::sleep(ms(100)).await;
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the crashed waiter's place lapses")
+        .unwrap();
+    let took = started.elapsed();
+    println!("[{}] behind a crashed waiter for {took:?}", env.kind());
+    assert!(took >= ms(400), "the queue was skipped: {took:?}");
+    assert!(took < ms(600) + Duration::from_secs(2), "took {took:?}");
+    assert_eq!(sem.inspect("ghost").await.unwrap().holders.len(), 1);
+    guard.release().await.unwrap();
+    // Nothing of the ghost's is left but its lapsed place's keys' TTL.
+    assert!(!sem.release("ghost", "ghost").await.unwrap());
 }

@@ -8,6 +8,16 @@
 --   ARGV[3]  the limit this caller counts against (>= permits)
 --   ARGV[4]  lease length in ms (> 0)
 --   ARGV[5]  how long the fence state outlives the lease, in ms
+--   ARGV[6]  '0' plain (the queue is ignored); fair: 'wait' (queue when refused) or 'once'
+--            (a single attempt: refused when it does not fit, and it does not queue)
+--   ARGV[7]  fair: the waiter lease in ms, how long a place in the queue lasts unless refreshed
+--   KEYS[4]  fair: queue    <prefix>{name}:sem:q   zset: waiter nonce -> arrival (server us)
+--   KEYS[5]  fair: waiters  <prefix>{name}:sem:qw  hash: waiter nonce -> "<place ends ms>:<permits>"
+-- Fair: a caller is admitted only if the permits of the live waiters queued ahead of it, its
+-- own and those held fit under the limit (first come, first served; a waiter for many permits
+-- holds up those behind it); admitted, it leaves the queue. Waiters whose place lapsed are
+-- dropped. Plain callers ignore the queue (mixing them with fair ones never breaks the limit,
+-- only fairness).
 -- Returns
 --   {1, expiry ms, fence, permits in use, permits held}
 --                                           taken now, or held already under this nonce (a
@@ -32,6 +42,13 @@ local h_type = check(KEYS[2], 'hash', 'holdings')
 if type(h_type) == 'table' then return h_type end
 local fence_type = check(KEYS[3], 'string', 'fence')
 if type(fence_type) == 'table' then return fence_type end
+local fair = ARGV[6] == 'wait' or ARGV[6] == 'once'
+if fair then
+  local q_type = check(KEYS[4], 'zset', 'queue')
+  if type(q_type) == 'table' then return q_type end
+  local w_type = check(KEYS[5], 'hash', 'waiters')
+  if type(w_type) == 'table' then return w_type end
+end
 local last = 0
 if fence_type == 'string' then
   local raw = redis.call('GET', KEYS[3])
@@ -82,17 +99,55 @@ if mine and redis.call('ZSCORE', KEYS[1], nonce) then
   return {1, expiry, tonumber(fence), in_use(), tonumber(held)}
 end
 local used = in_use()
-if used + permits > limit then
+local ahead, head_ends = 0, false
+if fair then
+  for _, who in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    local info = redis.call('HGET', KEYS[5], who)
+    local ends, wants
+    if info then
+      ends, wants = string.match(info, '^(%d+):(%d+)$')
+    end
+    if not ends or tonumber(ends) < now then
+      redis.call('ZREM', KEYS[4], who)
+      redis.call('HDEL', KEYS[5], who)
+    elseif who == nonce then
+      break
+    else
+      ahead = ahead + tonumber(wants)
+      if not head_ends then
+        head_ends = tonumber(ends)
+      end
+    end
+  end
+end
+if used + ahead + permits > limit then
+  if ARGV[6] == 'wait' then
+    local wl = tonumber(ARGV[7])
+    if not redis.call('ZSCORE', KEYS[4], nonce) then
+      redis.call('ZADD', KEYS[4], now_us, nonce)
+    end
+    redis.call('HSET', KEYS[5], nonce, string.format('%d:%d', now + wl, permits))
+    stretch(KEYS[4], wl)
+    stretch(KEYS[5], wl)
+  end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local wait = 0
   if first[2] then
     wait = tonumber(first[2]) - now
+  end
+  if used + permits <= limit and head_ends then
+    -- Only waiters ahead keep us out: the head's place lasts this long unless refreshed.
+    wait = head_ends - now
   end
   return {0, wait, used}
 end
 local fence = last + 1
 if now_us > fence then
   fence = now_us
+end
+if fair then
+  redis.call('ZREM', KEYS[4], nonce)
+  redis.call('HDEL', KEYS[5], nonce)
 end
 redis.call('ZADD', KEYS[1], string.format('%d', expiry), nonce)
 redis.call('HSET', KEYS[2], nonce, string.format('%d:%d', permits, fence))

@@ -35,7 +35,7 @@ fn check(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<&'stat
     }
 }
 
-/// A holding's value, `<permits>:<fence>`.
+/// A holding's value, `<permits>:<fence>` (and a fair waiter's, `<place ends ms>:<permits>`).
 fn holding(raw: &[u8]) -> Option<(u64, u64)> {
     let text = std::str::from_utf8(raw).ok()?;
     let (permits, fence) = text.split_once(':')?;
@@ -71,6 +71,11 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
     check(db, holders, "zset", "holders")?;
     check(db, holdings, "hash", "holdings")?;
     check(db, fence_key, "string", "fence")?;
+    let fair = matches!(args.get(5).map(String::as_str), Some("wait" | "once"));
+    if fair {
+        check(db, &keys[3], "zset", "queue")?;
+        check(db, &keys[4], "hash", "waiters")?;
+    }
     let last = read_fence(db, fence_key)?.unwrap_or(0);
     if db
         .hgetall(holdings)?
@@ -111,12 +116,44 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         ]));
     }
     let used = in_use(db, holdings)?;
-    if used + permits > limit {
+    let (mut ahead, mut head_ends) = (0u64, None::<u64>);
+    if fair {
+        let queue = db.zrange_by_score(&keys[3], f64::NEG_INFINITY, f64::INFINITY)?;
+        for (who, _) in queue {
+            let info = db.hget(&keys[4], &who)?.and_then(|raw| holding(&raw));
+            match info {
+                Some((ends, _)) if ends >= now && who == nonce => break,
+                Some((ends, wants)) if ends >= now => {
+                    ahead += wants;
+                    head_ends.get_or_insert(ends);
+                }
+                _ => {
+                    db.zrem(&keys[3], &who)?;
+                    db.hdel(&keys[4], &who)?;
+                }
+            }
+        }
+    }
+    if used + ahead + permits > limit {
+        if args.get(5).map(String::as_str) == Some("wait") {
+            let wl = int_arg(args, 6)? as u64;
+            if db.zscore(&keys[3], nonce)?.is_none() {
+                db.zadd(&keys[3], now_us as f64, nonce)?;
+            }
+            db.hset(&keys[4], nonce, format!("{}:{permits}", now + wl))?;
+            stretch(db, &keys[3], wl);
+            stretch(db, &keys[4], wl);
+        }
         let first = db
             .zrange_by_score(holders, f64::NEG_INFINITY, f64::INFINITY)?
             .into_iter()
             .next();
-        let wait = first.map_or(0, |(_, score)| score as i64 - now as i64);
+        let mut wait = first.map_or(0, |(_, score)| score as i64 - now as i64);
+        if used + permits <= limit
+            && let Some(ends) = head_ends
+        {
+            wait = ends as i64 - now as i64;
+        }
         return Ok(Reply::Array(vec![
             Reply::Int(0),
             Reply::Int(wait),
@@ -124,6 +161,10 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         ]));
     }
     let fence = (last + 1).max(now_us);
+    if fair {
+        db.zrem(&keys[3], nonce)?;
+        db.hdel(&keys[4], nonce)?;
+    }
     db.zadd(holders, expiry as f64, nonce)?;
     db.hset(holdings, nonce, format!("{permits}:{fence}"))?;
     stretch(db, holders, ttl);
@@ -170,16 +211,21 @@ fn release(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
     let (holders, holdings) = (&keys[0], &keys[1]);
     check(db, holders, "zset", "holders")?;
     check(db, holdings, "hash", "holdings")?;
+    check(db, &keys[2], "zset", "queue")?;
+    check(db, &keys[3], "hash", "waiters")?;
     let now = now_ms(db);
     let nonce = args[0].as_bytes();
     let live = db.zscore(holders, nonce)?.is_some_and(|s| s >= now as f64);
     db.zrem(holders, nonce)?;
     let had = db.hdel(holdings, nonce)?;
-    if !(live && had) {
+    let left = db.zrem(&keys[2], nonce)?;
+    db.hdel(&keys[3], nonce)?;
+    let released = live && had;
+    if !(released || left) {
         return Ok(Reply::Int(-1));
     }
     db.publish(&args[1]);
-    Ok(Reply::Int(1))
+    Ok(Reply::Int(if released { 1 } else { -1 }))
 }
 
 fn inspect(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply> {

@@ -27,6 +27,10 @@ pub struct SemaphoreKeys {
     pub fence: String,
     /// The pub/sub channel releases are announced on.
     pub channel: String,
+    /// The fair mode's queue: waiter nonce → arrival (µs, server time).
+    pub queue: String,
+    /// The fair mode's waiters: waiter nonce → `<place ends ms>:<permits>`.
+    pub waiters: String,
 }
 
 impl SemaphoreKeys {
@@ -35,6 +39,16 @@ impl SemaphoreKeys {
             self.holders.clone(),
             self.holdings.clone(),
             self.fence.clone(),
+        ]
+    }
+
+    fn five(&self) -> [String; 5] {
+        [
+            self.holders.clone(),
+            self.holdings.clone(),
+            self.fence.clone(),
+            self.queue.clone(),
+            self.waiters.clone(),
         ]
     }
 }
@@ -164,6 +178,8 @@ impl<S: Store> Semaphore<S> {
             holdings: ks.key(name, ":sem:h")?,
             fence: ks.key(name, ":sem:fence")?,
             channel: ks.key(name, ":sem:released")?,
+            queue: ks.key(name, ":sem:q")?,
+            waiters: ks.key(name, ":sem:qw")?,
         })
     }
 
@@ -236,22 +252,68 @@ impl<S: Store> Semaphore<S> {
         ttl: Duration,
         nonce: &str,
     ) -> Result<PermitAttempt> {
+        self.attempt_as(name, permits, ttl, nonce, false).await
+    }
+
+    /// In [fair mode](SemaphoreOptions::fair), [`attempt`](Self::attempt) that, refused, takes
+    /// (or refreshes) the caller's place in the queue for the
+    /// [waiter lease](SemaphoreOptions::waiter_lease); admitted, leaves it. A waiting call
+    /// repeats it under one nonce within the waiter lease, and
+    /// [`release`](Self::release)s that nonce when it gives up (which leaves the queue).
+    /// Without fair mode it is [`attempt`](Self::attempt).
+    ///
+    /// # Errors
+    ///
+    /// As [`attempt`](Self::attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`attempt`](Self::attempt); a place taken lapses with the waiter lease.
+    pub async fn attempt_queued(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+    ) -> Result<PermitAttempt> {
+        self.attempt_as(name, permits, ttl, nonce, true).await
+    }
+
+    async fn attempt_as(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<PermitAttempt> {
         self.check_permits(permits)?;
         let keys = self.keys(name)?;
         let ttl_ms = ttl_ms(ttl)?;
         if nonce.is_empty() {
             return Err(Error::invalid("a holder's nonce may not be empty"));
         }
+        let mode = match (self.options.fair, queue) {
+            (false, _) => "0",
+            (true, true) => "wait",
+            (true, false) => "once",
+        };
+        let waiter_lease = match self.options.fair {
+            true => crate::expire_lock::ttl_ms(self.options.waiter_lease)?,
+            false => 0,
+        };
         let args = [
             nonce.to_owned(),
             permits.to_string(),
             self.limit.to_string(),
             ttl_ms.to_string(),
             self.retention_ms(),
+            mode.to_owned(),
+            waiter_lease.to_string(),
         ];
         let sent = Instant::now();
         let reply = self
-            .eval_retrying(&SEM_ACQUIRE, &keys.three(), &args)
+            .eval_retrying(&SEM_ACQUIRE, &keys.five(), &args)
             .await?;
         let items = array(&reply, &SEM_ACQUIRE)?;
         let int = |i: usize| items.get(i).and_then(Reply::as_int);
@@ -317,9 +379,8 @@ impl<S: Store> Semaphore<S> {
             keys.channel.clone(),
             self.store.pubsub().publish_command().to_owned(),
         ];
-        let reply = self
-            .eval_retrying(&SEM_RELEASE, &[keys.holders, keys.holdings], &args)
-            .await?;
+        let keys = [keys.holders, keys.holdings, keys.queue, keys.waiters];
+        let reply = self.eval_retrying(&SEM_RELEASE, &keys, &args).await?;
         match reply.as_int() {
             Some(1) => Ok(true),
             Some(-1) => Ok(false),
@@ -406,6 +467,7 @@ impl<S: Store> Semaphore<S> {
             channel: keys.channel.into(),
             permits,
             ttl,
+            queue: self.options.fair && patience.waits(),
         };
         let wait = self.options.wait;
         Ok(engine::acquire(&self.local, name, wait, patience, step)
@@ -615,7 +677,8 @@ impl<S: Store> Semaphore<S> {
 }
 
 /// The semaphore's steps for the [engine](crate::engine): one [`SEM_ACQUIRE`] under the
-/// acquisition's nonce; undone by releasing that nonce (a no-op if it took nothing).
+/// acquisition's nonce (in fair mode, taking or refreshing a place in the queue when refused);
+/// undone by releasing that nonce (which also leaves the queue; a no-op if it took nothing).
 #[derive(Clone)]
 struct Step<S: Store> {
     sem: Semaphore<S>,
@@ -623,6 +686,8 @@ struct Step<S: Store> {
     channel: Arc<str>,
     permits: u32,
     ttl: Duration,
+    /// Fair mode, waiting: a refused attempt takes (or refreshes) a place in the queue.
+    queue: bool,
 }
 
 impl<S: Store> Kind for Step<S> {
@@ -641,7 +706,7 @@ impl<S: Store> Kind for Step<S> {
         Ok(
             match self
                 .sem
-                .attempt(&self.name, self.permits, self.ttl, nonce)
+                .attempt_as(&self.name, self.permits, self.ttl, nonce, self.queue)
                 .await?
             {
                 PermitAttempt::Acquired(permit) => Attempt::Acquired(permit),
@@ -653,9 +718,20 @@ impl<S: Store> Kind for Step<S> {
         )
     }
 
+    fn busy_leaves_trace(&self) -> bool {
+        // A waiting call's place in the fair queue.
+        self.queue
+    }
+
+    fn refresh_every(&self) -> Option<Duration> {
+        // Refresh the place well within the waiter lease.
+        self.queue.then(|| self.sem.options.waiter_lease / 3)
+    }
+
     async fn undo(self, nonce: String) {
-        // Without an answer, try again until the lease would have freed the permits anyway.
-        let give_up = Instant::now() + self.ttl;
+        // Release the nonce (and leave the queue). Without an answer, try again until the
+        // lease (or the place) would have lapsed anyway.
+        let give_up = Instant::now() + self.ttl.max(self.sem.options.waiter_lease);
         let mut transient = engine::Transient::new();
         while let Err(e) = self.sem.release(&self.name, &nonce).await {
             if !e.is_transient() || !transient.wait(Some(give_up)).await {

@@ -18,6 +18,13 @@ pub struct SemaphoreOptions {
     pub watchdog_lease: Duration,
     /// How `acquire` and `try_acquire_for` wait for permits (default: by notification).
     pub wait: WaitStrategy,
+    /// Fair mode (default off): waiters queue on the server, and a caller is admitted only if
+    /// the waiters ahead of it fit too (see [fairness](super#fairness)). Every client of a
+    /// name should use it.
+    pub fair: bool,
+    /// In fair mode, how long a waiter's place lasts unless refreshed (default 2 s): a crashed
+    /// waiter holds up those behind it at most this long.
+    pub waiter_lease: Duration,
 }
 
 impl Default for SemaphoreOptions {
@@ -27,6 +34,8 @@ impl Default for SemaphoreOptions {
             fence_retention: Duration::from_secs(60),
             watchdog_lease: Duration::from_secs(30),
             wait: WaitStrategy::default(),
+            fair: false,
+            waiter_lease: Duration::from_secs(2),
         }
     }
 }
@@ -53,6 +62,18 @@ impl SemaphoreOptions {
     /// How to wait for permits.
     pub fn wait(mut self, wait: WaitStrategy) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Fair mode on or off.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// The waiter lease of the fair mode.
+    pub fn waiter_lease(mut self, lease: Duration) -> Self {
+        self.waiter_lease = lease;
         self
     }
 }

@@ -161,7 +161,8 @@ struct RunArgs {
     fair: bool,
     /// Hold one of N permits of a semaphore named KEY instead of the lock: at most N commands
     /// (of every `tairlock run --permits N KEY`) run at once, each with its own lease.
-    #[arg(long, value_name = "N", conflicts_with = "fair")]
+    /// With --fair, they wait in the semaphore's queue on the server, first come, first served.
+    #[arg(long, value_name = "N")]
     permits: Option<u32>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
@@ -800,7 +801,8 @@ fn run_command(args: RunArgs) -> ExitCode {
         if let Some(limit) = args.permits {
             let options = tairlock::SemaphoreOptions::default()
                 .keyspace(keyspace)
-                .watchdog_lease(args.ttl);
+                .watchdog_lease(args.ttl)
+                .fair(args.fair);
             let sem = tairlock::Semaphore::with_options(store, limit, options);
             return run::run_permits(&sem, 1, &spec).await;
         }

@@ -47,6 +47,16 @@ fn tairlock(server: &RedisServer, args: &[&str]) -> Command {
 /// do, each sees its own fencing token and the semaphore's key, and nothing is left held.
 #[test]
 fn at_most_n_commands_run_at_once() {
+    at_most_two_of_five(&[]);
+}
+
+/// The same with `--fair`: the waiters queue on the server.
+#[test]
+fn at_most_n_commands_run_at_once_when_fair() {
+    at_most_two_of_five(&["--fair"]);
+}
+
+fn at_most_two_of_five(extra: &[&str]) {
     let server = RedisServer::start();
     let log = Log::new("permits");
     let script = format!(
@@ -57,6 +67,7 @@ fn at_most_n_commands_run_at_once() {
     let children: Vec<_> = (0..5)
         .map(|_| {
             tairlock(&server, &["run", "pool", "--permits", "2", "--ttl", "3s"])
+                .args(extra)
                 .args(["--", "sh", "-c", &script])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())

@@ -9,9 +9,9 @@
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
 //! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
-//! | [`SEM_ACQUIRE`] | holders, holdings, fence | nonce, permits, limit, lease ms, fence retention ms | `{1, expiry, fence, in use, held}` / `{0, wait ms, in use}` |
+//! | [`SEM_ACQUIRE`] | holders, holdings, fence, queue, waiters | nonce, permits, limit, lease ms, fence retention ms, `0`/`wait`/`once`, waiter lease ms | `{1, expiry, fence, in use, held}` / `{0, wait ms, in use}` |
 //! | [`SEM_RENEW`] | holders, holdings, fence | nonce, lease ms, fence retention ms | `{1, expiry}` / `{-1}` |
-//! | [`SEM_RELEASE`] | holders, holdings | nonce, release channel, [publish cmd] | `1` / `-1` |
+//! | [`SEM_RELEASE`] | holders, holdings, queue, waiters | nonce, release channel, [publish cmd] | `1` / `-1` |
 //! | [`SEM_INSPECT`] | holders, holdings, fence | | `{types, last fence, holders...}` (read-only) |
 //!
 //! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub

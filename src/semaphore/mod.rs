@@ -14,11 +14,13 @@
 //! | `<prefix>{name}:sem` | zset | holder nonce → its lease's end (ms, server time) | the longest lease | acquire, renew; members removed by release and by the reaping of each acquire |
 //! | `<prefix>{name}:sem:h` | hash | holder nonce → `<permits>:<fence>` | the longest lease | acquire; fields removed with the zset's members |
 //! | `<prefix>{name}:sem:fence` | string | the last fencing token issued (decimal) | longest lease + fence retention | acquire (renew stretches it) |
-//! | `<prefix>{name}:sem:released` (pub/sub channel, not a key) | | `released` | | release |
+//! | `<prefix>{name}:sem:q` | zset | fair mode: waiter nonce → arrival (µs, server time) | the longest waiter lease | a refused fair acquire (joins, refreshes); removed by its admission, its release (leaving), and the reaping of lapsed places |
+//! | `<prefix>{name}:sem:qw` | hash | fair mode: waiter nonce → `<place ends ms>:<permits>` | as `:sem:q` | as `:sem:q` |
+//! | `<prefix>{name}:sem:released` (pub/sub channel, not a key) | | `released` | | a release, or a waiter leaving the queue |
 //!
 //! Every operation is one script ([`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE),
 //! [`SEM_RENEW`](crate::scripts::SEM_RENEW), [`SEM_RELEASE`](crate::scripts::SEM_RELEASE),
-//! [`SEM_INSPECT`](crate::scripts::SEM_INSPECT)), all three keys share the hash tag `{name}`
+//! [`SEM_INSPECT`](crate::scripts::SEM_INSPECT)), all the keys share the hash tag `{name}`
 //! (one cluster slot), and each is safe to repeat: a holder is named by its nonce, one per
 //! acquisition and the same for each of its attempts, so an acquire repeated after a timed-out
 //! reply finds the permits it took instead of taking more. Each acquire first reaps the holders
@@ -47,11 +49,21 @@
 //!
 //! # Fairness
 //!
-//! Not fair across clients (yet): waiters of one client line up in the engine's local FIFO,
-//! but waiters of different clients race for a freed permit, and a waiter for many permits can
-//! be overtaken by waiters for fewer. There is no server-side queue as in the expire lock's
-//! [fair mode](crate::fair).
+//! By default, waiters of one client line up in the engine's local FIFO, but waiters of
+//! different clients race for a freed permit, and a waiter for many permits can be overtaken by
+//! waiters for fewer.
 //!
+//! With [`SemaphoreOptions::fair`] (every client of the name should use it), a refused waiting
+//! acquire takes a place in a queue on the server, refreshed within its waiter lease, and an
+//! acquire is admitted only if the permits held, those of the live waiters queued ahead of it
+//! and its own all fit under the limit: first come, first served, and a waiter for many permits
+//! holds up those behind it rather than starving. A single attempt (`try_acquire`) does not
+//! queue, and is refused while waiters ahead would not fit with it. A release announces on the
+//! channel and every waiter tries again (there is no direct handoff to one waiter as in the
+//! expire lock's [fair mode](crate::fair)); a waiter that crashed holds up those behind it at
+//! most its waiter lease, and one that gives up leaves the queue at once. Plain clients ignore
+//! the queue: mixing them with fair ones never breaks the limit, only the order.
+
 //! # Errors, and bad input
 //!
 //! 0 permits, a limit of 0, more permits than the limit, an empty name, or a lease outside

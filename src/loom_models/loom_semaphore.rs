@@ -18,9 +18,13 @@
 //! | `fence order` | a new fencing token is not larger than the last one |
 //! | `stuck` | once everyone is done, a key of the semaphore exists without a TTL |
 //! | `leaked permit` | once everyone is done, a client that did not crash still holds a live permit |
+//! | `leaked place` | once everyone is done, a client that did not crash still has a place in the fair queue |
 //!
 //! The model must reach a refusal of a full semaphore, a repeat that found the permit of its
-//! lost reply, and a crashed holder's permit lapsing and being taken by another client.
+//! lost reply, and a crashed holder's permit lapsing and being taken by another client; the
+//! fair variant (`loom_fair_semaphore_holds`: every client in [fair
+//! mode](crate::semaphore::SemaphoreOptions::fair), a refused attempt queues, giving up leaves
+//! the queue) also a waiter that queued and was admitted later.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,16 +36,22 @@ use super::harness::{
     spawn_clock_expirer, time_at,
 };
 use crate::clock::VirtualClock;
-use crate::semaphore::{PermitAttempt, Semaphore};
+use crate::semaphore::{PermitAttempt, Semaphore, SemaphoreOptions};
 use crate::store::MemoryStore;
 
 const NAME: &str = "pool";
 const HOLDERS: &str = "tairlock:{pool}:sem";
-const KEYS: [&str; 3] = [
+const KEYS: [&str; 5] = [
     HOLDERS,
     "tairlock:{pool}:sem:h",
     "tairlock:{pool}:sem:fence",
+    QUEUE,
+    "tairlock:{pool}:sem:qw",
 ];
+const QUEUE: &str = "tairlock:{pool}:sem:q";
+/// The fair mode's waiter lease: longer than the holders' lease, so that the one clock step
+/// lets holders lapse while places stay.
+const WAITER_LEASE: Duration = Duration::from_secs(5);
 const LIMIT: u32 = 2;
 /// The holders' lease: it passes only when the expirer moves the clock.
 const SEM_LEASE: Duration = Duration::from_secs(1);
@@ -57,8 +67,17 @@ fn permits_of(client: &str) -> u32 {
     if client == "c3" { 2 } else { 1 }
 }
 
-fn client(store: &MemoryStore, trace: &Trace, resource: &Resource, crash: Option<&Crash>) {
-    let sem = Semaphore::new(store.clone(), LIMIT);
+fn client(
+    store: &MemoryStore,
+    trace: &Trace,
+    resource: &Resource,
+    crash: Option<&Crash>,
+    fair: bool,
+) {
+    let options = SemaphoreOptions::default()
+        .fair(fair)
+        .waiter_lease(WAITER_LEASE);
+    let sem = Semaphore::with_options(store.clone(), LIMIT, options);
     let me = actor();
     let nonce = nonce_of(&me);
     let permits = permits_of(&me);
@@ -68,7 +87,9 @@ fn client(store: &MemoryStore, trace: &Trace, resource: &Resource, crash: Option
         if crashed() {
             return;
         }
-        let outcome = block_on(sem.attempt(NAME, permits, SEM_LEASE, &nonce)).expect("attempt");
+        // A waiting call's attempt: in fair mode a refusal queues.
+        let outcome =
+            block_on(sem.attempt_queued(NAME, permits, SEM_LEASE, &nonce)).expect("attempt");
         if me == "c2" && attempt == 0 {
             // The reply is lost: c2 does not know whether it holds a permit, and repeats.
             if let PermitAttempt::Acquired(p) = &outcome {
@@ -209,7 +230,15 @@ fn fence_order(events: &[Event]) -> Vec<String> {
 
 #[test]
 fn loom_semaphore_holds() {
-    let model = "semaphore";
+    model("semaphore", false);
+}
+
+#[test]
+fn loom_fair_semaphore_holds() {
+    model("fair-semaphore", true);
+}
+
+fn model(model: &'static str, fair: bool) {
     let findings = Findings::new();
     let filed = findings.clone();
     explore(model, 2, &findings, move || {
@@ -226,13 +255,15 @@ fn loom_semaphore_holds() {
                 crash.clone(),
             );
             spawn("c1", move || {
-                client(&store, &trace, &resource, Some(&crash))
+                client(&store, &trace, &resource, Some(&crash), fair)
             })
         };
         let mut threads = vec![c1];
         for name in ["c2", "c3"] {
             let (store, trace, resource) = (store.clone(), trace.clone(), resource.clone());
-            threads.push(spawn(name, move || client(&store, &trace, &resource, None)));
+            threads.push(spawn(name, move || {
+                client(&store, &trace, &resource, None, fair)
+            }));
         }
         let by = SEM_LEASE + Duration::from_millis(1);
         threads.push(spawn_clock_expirer(&store, &trace, &clock, by, 1));
@@ -268,6 +299,26 @@ fn loom_semaphore_holds() {
             .map(|c| format!("everyone is done and {c} still holds a live permit"))
             .collect();
         filed.record("leaked permit", &leaked, &trace);
+        let places: Vec<String> = store.atomically(|db| {
+            db.zrange_by_score(QUEUE, f64::NEG_INFINITY, f64::INFINITY)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(m, _)| String::from_utf8_lossy(&m[..2]).into_owned())
+                .filter(|c| !(c.as_str() == "c1" && c1_crashed))
+                .map(|c| format!("everyone is done and {c} still has a place in the queue"))
+                .collect()
+        });
+        filed.record("leaked place", &places, &trace);
+        if fair {
+            filed.reached(
+                QUEUED,
+                events.iter().enumerate().any(|(i, e)| {
+                    matches!(e, Event::Note { actor, note, .. }
+                        if note.starts_with("attempt -> acquired")
+                            && harness::first_note(&events[..i], actor, "attempt -> busy").is_some())
+                }),
+            );
+        }
 
         filed.reached(FULL, trace.noted(|_, note| note == "attempt -> busy"));
         filed.reached(
@@ -287,8 +338,12 @@ fn loom_semaphore_holds() {
     for scenario in [FULL, REPEAT, LAPSE] {
         findings.assert_reached(model, scenario);
     }
+    if fair {
+        findings.assert_reached(model, QUEUED);
+    }
 }
 
 const FULL: &str = "a full semaphore refused a client";
 const REPEAT: &str = "a repeat after a lost reply found its permit";
 const LAPSE: &str = "a crashed holder's permit lapsed and another client took permits after";
+const QUEUED: &str = "a fair waiter queued, then was admitted";

@@ -16,6 +16,7 @@
 //! | `over limit` | a client enters while the permits of the clients inside whose lease has not passed, plus its own, exceed the limit |
 //! | `server over limit` | after a step, the live holders in the zset hold more than the limit |
 //! | `fence order` | a new fencing token is not larger than the last one |
+//! | `foreign removal` | a client's step removes another client's live holder from the zset |
 //! | `stuck` | once everyone is done, a key of the semaphore exists without a TTL |
 //! | `leaked permit` | once everyone is done, a client that did not crash still holds a live permit |
 //! | `leaked place` | once everyone is done, a client that did not crash still has a place in the fair queue |
@@ -180,6 +181,36 @@ fn live_members(value: &str, now: u64) -> Vec<String> {
         .collect()
 }
 
+/// A step by one client that removed another client's live holder from the zset (reaping
+/// removes only holders whose lease has passed).
+fn foreign_removals(events: &[Event]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (i, event) in events.iter().enumerate() {
+        let Event::Step {
+            actor,
+            key,
+            before: Some(before),
+            after,
+        } = event
+        else {
+            continue;
+        };
+        if key != HOLDERS {
+            continue;
+        }
+        let now = time_at(&events[..i], START).as_millis() as u64;
+        let after = after
+            .as_ref()
+            .map_or_else(Vec::new, |a| live_members(&a.value, now));
+        for gone in live_members(&before.value, now) {
+            if gone != *actor && !after.contains(&gone) {
+                found.push(format!("{actor} removed {gone}'s live holder"));
+            }
+        }
+    }
+    found
+}
+
 /// After each step, the permits of the zset's live holders.
 fn server_over_limit(events: &[Event]) -> Vec<String> {
     let mut found = Vec::new();
@@ -276,6 +307,7 @@ fn model(model: &'static str, fair: bool) {
         filed.record("over limit", &over_limit(&events), &trace);
         filed.record("server over limit", &server_over_limit(&events), &trace);
         filed.record("fence order", &fence_order(&events), &trace);
+        filed.record("foreign removal", &foreign_removals(&events), &trace);
         let (stuck, live): (Vec<String>, Vec<String>) = store.atomically(|db| {
             let stuck = KEYS
                 .iter()

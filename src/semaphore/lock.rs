@@ -642,6 +642,26 @@ impl<S: Store> Semaphore<S> {
         )
     }
 
+    /// Blocking twin of [`attempt_queued`](Self::attempt_queued).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_attempt_queued(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+    ) -> Result<PermitAttempt> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_attempt_queued",
+            self.attempt_queued(name, permits, ttl, nonce),
+        )
+    }
+
     /// Blocking twin of [`renew`](Self::renew).
     ///
     /// # Panics

@@ -24,7 +24,8 @@
 //! (one cluster slot), and each is safe to repeat: a holder is named by its nonce, one per
 //! acquisition and the same for each of its attempts, so an acquire repeated after a timed-out
 //! reply finds the permits it took instead of taking more. Each acquire first reaps the holders
-//! whose lease has passed; none of the scripts uses `KEYS`/`SCAN`, and each costs O(holders).
+//! whose lease has passed; none of the scripts uses `KEYS`/`SCAN`, and each costs O(holders)
+//! (in fair mode O(holders + waiters)).
 //!
 //! # The limit, and changing it
 //!

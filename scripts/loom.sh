@@ -6,7 +6,8 @@
 #   bash scripts/loom.sh                      # bound 2, every model
 #   LOOM_MAX_PREEMPTIONS=3 bash scripts/loom.sh naive   # a deeper run of the models matching "naive"
 #
-# Models: src/loom_models/ (naive-setnx-expire vs the expire lock, the fair queue, the reentrancy map),
+# Models: src/loom_models/ (naive-setnx-expire vs the expire lock, the fair queue, the reentrancy map,
+# the semaphore),
 # legacy/src/tests/loom_*.rs and rwlock/src/tests/loom_*.rs. They build only under
 # `--cfg tairlock_loom` (namespaced: tokio must never see plain `cfg(loom)`), in their own target
 # directory so the normal build's artefacts are not rebuilt. Same as

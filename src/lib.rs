@@ -90,6 +90,7 @@ pub mod reentrant;
 pub mod replicated;
 pub mod script;
 pub mod scripts;
+pub mod semaphore;
 pub mod slot;
 pub mod store;
 mod sync;
@@ -110,6 +111,7 @@ pub use crate::replicated::{
     ReplicatedAcquire, ReplicatedGuard, ReplicatedLock, ReplicatedRelease, ReplicatedRenew,
 };
 pub use crate::script::{Reply, Script};
+pub use crate::semaphore::{PermitGuard, Semaphore, SemaphoreOptions};
 #[cfg(feature = "cluster")]
 pub use crate::store::ClusterStore;
 pub use crate::store::{MemoryStore, RedisStore, ReplicaStore, Store, Ttl};

@@ -10,6 +10,7 @@
 //! - [`duration`]: durations on the command line (`250ms`, `1h30m`).
 //! - [`exit`]: every exit code, defined once.
 //! - [`logging`]: `-v`, `-q` and `--log FILTER` on every command.
+//! - [`sem_inspect`]: `tairlock inspect` for semaphores.
 
 pub mod admin;
 pub mod bench;
@@ -20,5 +21,6 @@ pub mod race;
 #[cfg(unix)]
 pub mod run;
 pub mod rw_inspect;
+pub mod sem_inspect;
 pub mod target;
 pub mod unlock;

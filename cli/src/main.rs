@@ -16,7 +16,7 @@ use tairlock_cli::race::{self, RaceConfig, Row, report, scenario::Scenario};
 #[cfg(unix)]
 use tairlock_cli::run;
 use tairlock_cli::target::{Endpoint, StoreJob, Target};
-use tairlock_cli::{admin, bench, duration, rw_inspect, unlock};
+use tairlock_cli::{admin, bench, duration, rw_inspect, sem_inspect, unlock};
 use tairlock_legacy::WatchStore;
 
 #[derive(Parser, Debug)]
@@ -42,7 +42,8 @@ enum Command {
     /// the same run.
     Bench(BenchArgs),
     /// Show a lock's holder, expiry, remaining time and fencing token; for a reader/writer lock
-    /// (--rw, or detected), the writer, the live readers with their leases, and writer intent.
+    /// (--rw, or detected), the writer, the live readers with their leases, and writer intent;
+    /// for a semaphore (--sem, or detected), its holders with their permits and leases.
     Inspect(InspectArgs),
     /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
     /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if
@@ -199,6 +200,11 @@ struct RunArgs {
     /// is the original algorithm, which cannot renew: the command must end within --ttl.
     #[arg(long, value_enum, default_value = "auto", requires = "legacy")]
     legacy_kind: LegacyKindArg,
+    /// Hold one of N permits of a semaphore named KEY instead of the lock: at most N commands
+    /// (of every `tairlock run --permits N KEY`) run at once, each with its own lease.
+    /// With --fair, they wait in the semaphore's queue on the server, first come, first served.
+    #[arg(long, value_name = "N", conflicts_with_all = ["read", "write", "legacy"])]
+    permits: Option<u32>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -254,6 +260,10 @@ struct InspectArgs {
     /// Inspect a reader/writer lock (detected automatically when its keys exist).
     #[arg(long)]
     rw: bool,
+    /// Inspect a semaphore: its holders with their permits and remaining leases (detected
+    /// automatically when its keys exist).
+    #[arg(long, conflicts_with = "rw")]
+    sem: bool,
 }
 
 #[derive(Args, Debug)]
@@ -806,6 +816,7 @@ struct InspectJob {
     keyspace: Keyspace,
     name: String,
     rw: bool,
+    sem: bool,
     json: bool,
 }
 
@@ -813,6 +824,16 @@ impl StoreJob for InspectJob {
     type Output = ();
 
     async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<()> {
+        if self.sem || (!self.rw && sem_inspect::detect(&store, &self.keyspace, &self.name).await?)
+        {
+            let report = sem_inspect::inspect(store, self.keyspace, &self.name).await?;
+            if self.json {
+                print_json(&report);
+            } else {
+                print!("{}", report.text());
+            }
+            return Ok(());
+        }
         if self.rw || rw_inspect::detect(&store, &self.keyspace, &self.name).await? {
             let locks = tairlock_rwlock::RwLock::with_options(
                 store,
@@ -841,12 +862,17 @@ impl StoreJob for InspectJob {
 }
 
 fn inspect_command(args: InspectArgs) -> ExitCode {
-    let InspectArgs { key, rw } = args;
+    let InspectArgs { key, rw, sem } = args;
     let target = match key_target(&key) {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
-    let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
+    let named_sem = sem_inspect::split_key(&key.key);
+    let sem = sem || named_sem.is_some();
+    let (prefix, name, named_rw) = match named_sem {
+        Some((prefix, name)) => (prefix, name, false),
+        None => rw_inspect::split_key(&key.key, &key.prefix),
+    };
     let keyspace = match keyspace_of(prefix, &name) {
         Ok(keyspace) => keyspace,
         Err(e) => return usage(e),
@@ -855,6 +881,7 @@ fn inspect_command(args: InspectArgs) -> ExitCode {
         keyspace,
         name,
         rw: rw || named_rw,
+        sem,
         json: key.json,
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -974,6 +1001,11 @@ enum RunKind {
         unit: tairlock_legacy::Unit,
         kind: LegacyKindArg,
     },
+    Permits {
+        keyspace: Keyspace,
+        limit: u32,
+        fair: bool,
+    },
 }
 
 /// `tairlock run`'s work on a connected store.
@@ -1010,6 +1042,21 @@ impl StoreJob for RunJob {
                 let locker = run::kinds::RwLocker {
                     locks: tairlock_rwlock::RwLock::with_options(store, options),
                     side,
+                };
+                run::run(&locker, &spec).await
+            }
+            RunKind::Permits {
+                keyspace,
+                limit,
+                fair,
+            } => {
+                let options = tairlock::SemaphoreOptions::default()
+                    .keyspace(keyspace)
+                    .watchdog_lease(ttl)
+                    .fair(fair);
+                let locker = run::kinds::Permits {
+                    semaphore: tairlock::Semaphore::with_options(store, limit, options),
+                    permits: 1,
                 };
                 run::run(&locker, &spec).await
             }
@@ -1111,8 +1158,14 @@ fn run_command(args: RunArgs) -> ExitCode {
             (_, true) => Some(run::kinds::Side::Write),
             _ => None,
         };
-        let kind = match side {
-            Some(side) => RunKind::Rw {
+        let kind = match (side, args.permits) {
+            (_, Some(0)) => return usage("--permits must be at least 1"),
+            (_, Some(limit)) => RunKind::Permits {
+                keyspace,
+                limit,
+                fair: args.fair,
+            },
+            (Some(side), None) => RunKind::Rw {
                 keyspace,
                 side,
                 preference: match args.preference {
@@ -1120,7 +1173,7 @@ fn run_command(args: RunArgs) -> ExitCode {
                     PreferenceArg::Reader => tairlock_rwlock::Preference::Reader,
                 },
             },
-            None => RunKind::Expire {
+            (None, None) => RunKind::Expire {
                 keyspace,
                 fair: args.fair,
             },

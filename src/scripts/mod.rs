@@ -10,6 +10,10 @@
 //! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, ...}` / `{0, i, holder, pttl}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
 //! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
+//! | [`SEM_ACQUIRE`] | holders, holdings, fence, queue, waiters | nonce, permits, limit, lease ms, fence retention ms, `0`/`wait`/`once`, waiter lease ms | `{1, expiry, fence, in use, held}` / `{0, wait ms, in use}` |
+//! | [`SEM_RENEW`] | holders, holdings, fence | nonce, lease ms, fence retention ms | `{1, expiry}` / `{-1}` |
+//! | [`SEM_RELEASE`] | holders, holdings, queue, waiters | nonce, release channel, [publish cmd] | `1` / `-1` |
+//! | [`SEM_INSPECT`] | holders, holdings, fence | | `{types, last fence, holders...}` (read-only) |
 //!
 //! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
 //! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
@@ -26,6 +30,7 @@ mod format;
 mod inspect;
 mod lock_many;
 mod renew;
+mod semaphore;
 
 pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
@@ -35,6 +40,7 @@ pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence};
 pub use self::inspect::INSPECT;
 pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;
+pub use self::semaphore::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW};
 
 use crate::script::Script;
 
@@ -43,6 +49,9 @@ pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
 
 /// The multi-lock's script ([`ExpireLock::lock_many`](crate::ExpireLock::lock_many)).
 pub static MULTI: [&Script; 1] = [&LOCK_MANY];
+
+/// The semaphore's scripts ([`Semaphore`](crate::Semaphore)).
+pub static SEMAPHORE: [&Script; 4] = [&SEM_ACQUIRE, &SEM_RENEW, &SEM_RELEASE, &SEM_INSPECT];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [

@@ -41,7 +41,7 @@ pub struct BenchConfig {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 22] = [
+pub const SCENARIOS: [&str; 24] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
@@ -57,6 +57,8 @@ pub const SCENARIOS: [&str; 22] = [
     "contended-fair",
     "contended-poll-setnx",
     "contended-poll-getset",
+    "semaphore-cycle",
+    "contended-semaphore",
     "local-waiters-1",
     "local-waiters-8",
     "local-waiters-32",

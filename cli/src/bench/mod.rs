@@ -25,6 +25,8 @@
 //! | `contended-fair` | the same in fair mode ([`Options::fair`](tairlock::Options::fair)) | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
 //! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
+//! | `semaphore-cycle` | [`Semaphore`](tairlock::Semaphore) attempt + release of one of 3 permits (the note has each one's p50) | floor cycle |
+//! | `contended-semaphore` | one acquisition by one of 8 clients (own connections) of 3 permits, holding 1 ms; latency = the wait | — |
 //! | `local-waiters-N` | one handoff among N waiters in one client | — (commands per handoff) |
 //! | `many-keys-throughput` | one script call, 64 tasks over 1,000 keys | — (compare `redis-benchmark-evalsha`) |
 //! | `redis-benchmark-evalsha` | `redis-benchmark -n 200000 -c 50` EVALSHA on the same server | — |
@@ -46,6 +48,7 @@ mod floor;
 pub mod rw_read_heavy;
 mod sample;
 mod scenarios;
+mod semaphore;
 mod table;
 
 pub use self::common::{BenchConfig, BenchRow, SCENARIOS};

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tairlock::{ExpireLock, LockGuard, Store, Unlock};
+use tairlock::{ExpireLock, LockGuard, PermitGuard, Semaphore, Store, Unlock};
 use tairlock_rwlock::{ReadGuard, Release, RwLock, WriteGuard};
 use tokio::time::Instant;
 
@@ -211,6 +211,73 @@ impl<S: Store> Hold for RwHold<S> {
             Ok(Release::Released | Release::StillHeld) => Released::Released,
             Ok(Release::Lost) => Released::Gone("gone"),
             Ok(_) => Released::Gone("in an unknown state"),
+            Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
+        }
+    }
+}
+
+/// `--permits N`: N permits of a [`Semaphore`]; at most its limit of commands run at once, each
+/// with its own lease.
+#[derive(Debug)]
+pub struct Permits<S: Store> {
+    /// The semaphore (its limit and options).
+    pub semaphore: Semaphore<S>,
+    /// The permits each command takes.
+    pub permits: u32,
+}
+
+/// A semaphore's permits, held.
+#[derive(Debug)]
+pub struct PermitHold<S: Store> {
+    guard: PermitGuard<S>,
+    key: String,
+}
+
+impl<S: Store> Locker for Permits<S> {
+    type Hold = PermitHold<S>;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> tairlock::Result<Option<Self::Hold>> {
+        let (sem, permits) = (&self.semaphore, self.permits);
+        let key = sem.keys(name)?.holders;
+        let guard = match wait {
+            None => Some(sem.acquire(name, permits).await?),
+            Some(wait) if wait.is_zero() => sem.try_acquire(name, permits).await?,
+            Some(wait) => sem.try_acquire_for(name, permits, wait).await?,
+        };
+        Ok(guard.map(|guard| PermitHold { guard, key }))
+    }
+}
+
+impl<S: Store> Hold for PermitHold<S> {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn fence(&self) -> Option<u64> {
+        Some(self.guard.fence())
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.guard.deadline()
+    }
+
+    fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    async fn release(self) -> Released {
+        match self.guard.release().await {
+            Ok(Unlock::Released) => Released::Released,
+            Ok(Unlock::NotHeld) => Released::Gone("gone"),
+            Ok(Unlock::HeldByOther) => Released::Gone("held by someone else"),
             Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
         }
     }

@@ -11,7 +11,7 @@
 //! | column | counts, and how it is observed |
 //! |---|---|
 //! | `acquisitions` | acquisitions that returned a grant |
-//! | `overlaps` | acquisitions whose client, entering the critical section, found another client inside it (for reader/writer locks: a writer together with anyone; readers may share). A failure for a safe algorithm in every scenario but `long-stalls` |
+//! | `overlaps` | acquisitions whose client, entering the critical section, found another client inside it (for reader/writer locks: a writer together with anyone; readers may share; for the `semaphore` of N permits: N others inside already). A failure for a safe algorithm in every scenario but `long-stalls` |
 //! | `foreign_deletions` | deletions and overwrites of a lock value another live holder wrote, seen at the store with the client that caused them, whatever the command or script ([`client::Audit`]); a holder is live from its grant (the store applying its write) until its release returned or it crashed |
 //! | `stale_writes_accepted` | writes the resource accepted although a later grant had already written: a fenced resource rejects lower tokens, an unfenced one accepts everything |
 //! | `stuck_locks` | trials that ended with a lock key that has no expiry: nobody can ever take it again |
@@ -577,7 +577,8 @@ async fn one_round<S: Store>(
     };
     let trial = client.trial();
     let shared = algorithm.is_shared(&holding);
-    let grant = trial.enter(client.id(), &holding.value, shared);
+    let capacity = algorithm.capacity();
+    let grant = trial.enter_counting(client.id(), &holding.value, shared, capacity);
     let work = client.with_rng(|rng| client.plan().work(rng));
     let left = holding
         .deadline
@@ -589,14 +590,14 @@ async fn one_round<S: Store>(
         trial.leave(shared);
         return Err(e);
     }
-    if !shared {
+    if !shared && capacity == 1 {
         trial.write(grant, holding.fence);
     }
     client.sleep(work).await;
     trial.leave(shared);
     trial.record(|r, at| r.leave(client.id(), at));
     algorithm.release(client, lock, holding).await?;
-    trial.released(client.id(), shared);
+    trial.released(client.id(), shared || capacity > 1);
     // Think time before the next attempt.
     client
         .sleep(client.jitter(Duration::ZERO, lease / 20))

@@ -71,6 +71,8 @@ struct State {
     /// The protected resource: highest fencing token and highest grant it accepted.
     max_token: u64,
     max_grant_written: u64,
+    /// How many exclusive holders may be inside at once (a semaphore's limit); 0 means 1.
+    capacity: usize,
     /// When the lock last became free while someone waited for it: a real release applied at
     /// the store, or the last holder's crash. The next grant ends the handoff.
     freed_at: Option<Duration>,
@@ -79,7 +81,7 @@ struct State {
 impl State {
     /// The lock became free at `at` if nobody holds it now; a handoff starts if someone waits.
     fn free_at(&mut self, at: Duration) {
-        if self.holders.is_empty() && !self.waiting.is_empty() {
+        if self.holders.len() < self.capacity.max(1) && !self.waiting.is_empty() {
             self.freed_at = Some(at);
         }
     }
@@ -131,9 +133,23 @@ impl Trial {
     /// lock): an overlap needs an exclusive holder on one side. The grant happened when the
     /// store applied the client's write of `value` (now, for a holding the store keeps no
     /// string of, such as a reader's entry).
+    #[cfg(test)]
     pub(crate) fn enter(&self, client: usize, value: &[u8], shared: bool) -> u64 {
+        self.enter_counting(client, value, shared, 1)
+    }
+
+    /// [`enter`](Self::enter) for a lock that admits up to `capacity` exclusive holders at once
+    /// (a semaphore): an overlap is counted when `capacity` are inside already.
+    pub(crate) fn enter_counting(
+        &self,
+        client: usize,
+        value: &[u8],
+        shared: bool,
+        capacity: usize,
+    ) -> u64 {
         let now = self.timer.now();
         let mut s = self.state.lock();
+        s.capacity = capacity;
         let written = s.pending.get(&(client, value.to_vec())).copied();
         // Registered at the grant: someone deleted or overwrote this value after the store
         // applied it and before the acquire returned.
@@ -150,7 +166,7 @@ impl Trial {
         s.counts.acquisitions += 1;
         s.grants += 1;
         let others = if shared { s.exclusive_inside } else { s.inside };
-        if others > 0 {
+        if others >= capacity.max(1) {
             s.counts.overlaps += 1;
             self.record(|r, at| r.violation(client, at, ViolationKind::Overlap));
         }

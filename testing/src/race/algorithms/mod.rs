@@ -23,6 +23,7 @@ pub mod naive;
 pub mod redlock;
 pub mod rw_scripted;
 pub mod rw_two_step;
+pub mod semaphore;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
 pub use self::fair_expire_lock::FairExpireLock;
@@ -33,6 +34,7 @@ pub use self::naive::NaiveSetnxExpire;
 pub use self::redlock::RedlockAlgorithm;
 pub use self::rw_scripted::RwScripted;
 pub use self::rw_two_step::RwTwoStep;
+pub use self::semaphore::SemaphoreAlgorithm;
 
 /// A boxed future, for object-safe algorithm methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -109,6 +111,13 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
     fn is_shared(&self, _holding: &Holding) -> bool {
         false
     }
+    /// How many exclusive holders may be inside at once: 1 for a lock, N for a semaphore of N
+    /// permits. An acquisition that finds this many inside already is an overlap. The holders
+    /// of a counting lock (more than 1) are meant to be inside together, so they write nothing
+    /// to the single fenced resource, and a release frees a place when it returns.
+    fn capacity(&self) -> usize {
+        1
+    }
     /// How many of the trial's lock keys are stuck at its end: nobody can ever take the lock
     /// again. By default, each of [`keys`](Self::keys) that has no expiry.
     fn stuck<'a>(&'a self, store: &'a S, lock: &'a str) -> BoxFuture<'a, tairlock::Result<u64>> {
@@ -136,6 +145,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(LegacyScripted),
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
+        Box::new(SemaphoreAlgorithm),
     ]
 }
 
@@ -152,5 +162,6 @@ pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(LegacyScripted),
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
+        Box::new(SemaphoreAlgorithm),
     ]
 }

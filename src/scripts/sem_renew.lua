@@ -1,0 +1,42 @@
+-- sem_renew: move one live holder's lease to ARGV[2] ms from now (server time).
+--   KEYS[1]  holders    <prefix>{name}:sem        zset
+--   KEYS[2]  holdings   <prefix>{name}:sem:h      hash
+--   KEYS[3]  fence      <prefix>{name}:sem:fence  string
+--   ARGV[1]  the holder's nonce
+--   ARGV[2]  new lease length in ms (> 0)
+--   ARGV[3]  how long the fence state outlives the lease, in ms
+-- Returns {1, expiry ms} renewed, {-1} not held (released, or its lease passed: a holder whose
+-- lease has passed is gone, like an expired key, and cannot come back). Safe to repeat.
+-- Error WRONGTYPE when a key holds data that is not ours; nothing is written.
+local function check(key, want, what)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
+  end
+  return t
+end
+local z_type = check(KEYS[1], 'zset', 'holders')
+if type(z_type) == 'table' then return z_type end
+local h_type = check(KEYS[2], 'hash', 'holdings')
+if type(h_type) == 'table' then return h_type end
+local fence_type = check(KEYS[3], 'string', 'fence')
+if type(fence_type) == 'table' then return fence_type end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) < now or not redis.call('HGET', KEYS[2], ARGV[1]) then
+  return {-1}
+end
+local ttl = tonumber(ARGV[2])
+local expiry = now + ttl
+redis.call('ZADD', KEYS[1], string.format('%d', expiry), ARGV[1])
+for i = 1, 2 do
+  if redis.call('PTTL', KEYS[i]) < ttl then
+    redis.call('PEXPIRE', KEYS[i], ttl)
+  end
+end
+local keep = ttl + tonumber(ARGV[3])
+if fence_type == 'string' and redis.call('PTTL', KEYS[3]) < keep then
+  redis.call('PEXPIRE', KEYS[3], keep)
+end
+return {1, expiry}

@@ -1,0 +1,763 @@
+//! [`Semaphore`]: the lock type, its one-step operations, and its steps for the engine.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::guard::PermitGuard;
+use super::options::SemaphoreOptions;
+use crate::blocking;
+use crate::engine::{self, Attempt, Kind, Patience, Waiters};
+use crate::error::{Error, ErrorKind, Result};
+use crate::expire_lock::ttl_ms;
+use crate::script::{Reply, Script};
+use crate::script::{array, unexpected};
+use crate::scripts::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW};
+use crate::store::Store;
+
+/// The keys of one semaphore (see the [layout](super#key-layout)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreKeys {
+    /// The zset of holders: nonce → lease end (ms, server time).
+    pub holders: String,
+    /// The hash of holdings: nonce → `<permits>:<fence>`.
+    pub holdings: String,
+    /// The last fencing token issued.
+    pub fence: String,
+    /// The pub/sub channel releases are announced on.
+    pub channel: String,
+    /// The fair mode's queue: waiter nonce → arrival (µs, server time).
+    pub queue: String,
+    /// The fair mode's waiters: waiter nonce → `<place ends ms>:<permits>`.
+    pub waiters: String,
+}
+
+impl SemaphoreKeys {
+    fn three(&self) -> [String; 3] {
+        [
+            self.holders.clone(),
+            self.holdings.clone(),
+            self.fence.clone(),
+        ]
+    }
+
+    fn five(&self) -> [String; 5] {
+        [
+            self.holders.clone(),
+            self.holdings.clone(),
+            self.fence.clone(),
+            self.queue.clone(),
+            self.waiters.clone(),
+        ]
+    }
+}
+
+/// Permits held under one nonce, from [`Semaphore::attempt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permit {
+    /// The holder's nonce: the only way to renew or release these permits.
+    pub nonce: String,
+    /// How many permits it holds (as the server recorded them).
+    pub permits: u32,
+    /// The fencing token of this acquisition.
+    pub fence: u64,
+    /// The lease's end by the server's clock (ms since the epoch).
+    pub expiry_ms: u64,
+    /// The local instant the lease must stop being relied on (the
+    /// [drift rule](crate::engine::local_deadline), from the request's send time).
+    pub deadline: Instant,
+}
+
+/// The outcome of one [`Semaphore::attempt`]. Contention is an outcome, not an error.
+#[must_use = "acquired permits are held until released or their lease ends"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermitAttempt {
+    /// Ours.
+    Acquired(Permit),
+    /// The permits do not fit under the limit now.
+    Busy {
+        /// Until the earliest holder's lease ends unless renewed.
+        remaining: Duration,
+        /// The permits held by live holders.
+        in_use: u32,
+    },
+}
+
+/// One live holder, in a [`SemaphoreInspection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's nonce.
+    pub nonce: String,
+    /// The permits it holds.
+    pub permits: u32,
+    /// Its fencing token.
+    pub fence: u64,
+    /// Its lease left, by the server's clock.
+    pub remaining: Duration,
+}
+
+/// A read-only snapshot of one semaphore, from [`Semaphore::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreInspection {
+    /// The holders key.
+    pub key: String,
+    /// The live holders, the earliest lease end first.
+    pub holders: Vec<Holder>,
+    /// The permits the live holders hold.
+    pub in_use: u32,
+    /// The last fencing token issued, while the fence state is retained.
+    pub last_fence: Option<u64>,
+    /// A key of the layout holds something that is not ours (its type is wrong).
+    pub foreign: bool,
+}
+
+/// A counting semaphore with per-permit leases on one store. See the [module docs](super).
+///
+/// Cheap to clone; one value serves any number of semaphore names, all with the same limit.
+#[derive(Debug, Clone)]
+pub struct Semaphore<S> {
+    store: S,
+    limit: u32,
+    options: SemaphoreOptions,
+    local: Arc<Waiters>,
+}
+
+impl<S: Store> Semaphore<S> {
+    /// Semaphores of `limit` permits on `store`, with default options. A limit of 0 is refused
+    /// by every call that counts against it.
+    pub fn new(store: S, limit: u32) -> Self {
+        Semaphore::with_options(store, limit, SemaphoreOptions::default())
+    }
+
+    /// Semaphores of `limit` permits on `store` with `options`.
+    pub fn with_options(store: S, limit: u32, options: SemaphoreOptions) -> Self {
+        Semaphore {
+            store,
+            limit,
+            options,
+            local: Arc::default(),
+        }
+    }
+
+    /// The same semaphores counted against another limit (see [changing the
+    /// limit](super#the-limit-and-changing-it)): shrinking never evicts a live holder.
+    pub fn with_limit(&self, limit: u32) -> Self {
+        Semaphore {
+            limit,
+            ..self.clone()
+        }
+    }
+
+    /// The limit this handle counts against.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SemaphoreOptions {
+        &self.options
+    }
+
+    /// The keys of the semaphore `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for an empty name or one with braces.
+    pub fn keys(&self, name: &str) -> Result<SemaphoreKeys> {
+        let ks = &self.options.keyspace;
+        Ok(SemaphoreKeys {
+            holders: ks.key(name, ":sem")?,
+            holdings: ks.key(name, ":sem:h")?,
+            fence: ks.key(name, ":sem:fence")?,
+            channel: ks.key(name, ":sem:released")?,
+            queue: ks.key(name, ":sem:q")?,
+            waiters: ks.key(name, ":sem:qw")?,
+        })
+    }
+
+    /// Check `permits` against the limit: at least 1, at most the limit, and a limit of at
+    /// least 1.
+    fn check_permits(&self, permits: u32) -> Result<()> {
+        self.check_limit()?;
+        if permits == 0 {
+            return Err(Error::invalid("acquire at least 1 permit"));
+        }
+        if permits > self.limit {
+            return Err(Error::invalid(format!(
+                "{permits} permits can never fit under a limit of {}",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_limit(&self) -> Result<()> {
+        if self.limit == 0 {
+            return Err(Error::invalid("a semaphore's limit must be at least 1"));
+        }
+        Ok(())
+    }
+
+    fn retention_ms(&self) -> String {
+        (self.options.fence_retention.min(crate::MAX_TTL).as_millis() as u64).to_string()
+    }
+
+    /// The scripts sent through here are safe to repeat (a holder is named by its nonce;
+    /// inspect only reads), so one repeat after no answer is harmless.
+    async fn eval_retrying(
+        &self,
+        script: &'static Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Reply> {
+        match self.store.eval(script, keys, args).await {
+            Err(e) if e.is_unanswered() => self.store.eval(script, keys, args).await,
+            other => other,
+        }
+    }
+
+    /// One attempt to take `permits` of the semaphore `name` for `ttl`, as the holder `nonce`;
+    /// the building block of [`acquire`](Self::acquire) and friends, which also renew and
+    /// release. One round trip.
+    ///
+    /// Safe to repeat with the same nonce: a repeat finds the permits the first attempt took
+    /// (same count and fencing token, whatever `permits` the repeat asks for) and moves their
+    /// lease to `ttl` from now, rather than taking more.
+    ///
+    /// # Errors
+    ///
+    /// - [`ErrorKind::InvalidInput`]: empty name or nonce, 0 permits, a limit of 0, more
+    ///   permits than the limit, `ttl` under 1 ms or over [`MAX_TTL`](crate::MAX_TTL); nothing
+    ///   is sent.
+    /// - [`ErrorKind::WrongType`]: a key of the layout holds data that is not ours; nothing is
+    ///   changed.
+    /// - Store errors when no answer came after one repeat.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after the request was sent, the permits may have been taken; repeat with the
+    /// same nonce and [`release`](Self::release) them, or their lease frees them.
+    pub async fn attempt(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+    ) -> Result<PermitAttempt> {
+        self.attempt_as(name, permits, ttl, nonce, false).await
+    }
+
+    /// In [fair mode](SemaphoreOptions::fair), [`attempt`](Self::attempt) that, refused, takes
+    /// (or refreshes) the caller's place in the queue for the
+    /// [waiter lease](SemaphoreOptions::waiter_lease); admitted, leaves it. A waiting call
+    /// repeats it under one nonce within the waiter lease, and
+    /// [`release`](Self::release)s that nonce when it gives up (which leaves the queue).
+    /// Without fair mode it is [`attempt`](Self::attempt).
+    ///
+    /// # Errors
+    ///
+    /// As [`attempt`](Self::attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`attempt`](Self::attempt); a place taken lapses with the waiter lease.
+    pub async fn attempt_queued(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+    ) -> Result<PermitAttempt> {
+        self.attempt_as(name, permits, ttl, nonce, true).await
+    }
+
+    async fn attempt_as(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<PermitAttempt> {
+        self.check_permits(permits)?;
+        let keys = self.keys(name)?;
+        let ttl_ms = ttl_ms(ttl)?;
+        if nonce.is_empty() {
+            return Err(Error::invalid("a holder's nonce may not be empty"));
+        }
+        let mode = match (self.options.fair, queue) {
+            (false, _) => "0",
+            (true, true) => "wait",
+            (true, false) => "once",
+        };
+        let waiter_lease = match self.options.fair {
+            true => crate::expire_lock::ttl_ms(self.options.waiter_lease)?,
+            false => 0,
+        };
+        let args = [
+            nonce.to_owned(),
+            permits.to_string(),
+            self.limit.to_string(),
+            ttl_ms.to_string(),
+            self.retention_ms(),
+            mode.to_owned(),
+            waiter_lease.to_string(),
+        ];
+        let sent = Instant::now();
+        let reply = self
+            .eval_retrying(&SEM_ACQUIRE, &keys.five(), &args)
+            .await?;
+        let items = array(&reply, &SEM_ACQUIRE)?;
+        let int = |i: usize| items.get(i).and_then(Reply::as_int);
+        let bad = || unexpected(&SEM_ACQUIRE, &reply);
+        match int(0) {
+            Some(1) => Ok(PermitAttempt::Acquired(Permit {
+                nonce: nonce.to_owned(),
+                permits: int(4)
+                    .unwrap_or(i64::from(permits))
+                    .clamp(0, i64::from(u32::MAX)) as u32,
+                fence: int(2).ok_or_else(bad)? as u64,
+                expiry_ms: int(1).ok_or_else(bad)? as u64,
+                deadline: engine::local_deadline(sent, ttl),
+            })),
+            Some(0) => Ok(PermitAttempt::Busy {
+                remaining: Duration::from_millis(int(1).unwrap_or(0).max(0) as u64),
+                in_use: int(2).unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32,
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Move the lease of the holder `nonce` to `ttl` from now (server time). Returns the new
+    /// local deadline, or `None` when the holder is gone (released, or its lease passed: an
+    /// expired holder cannot come back). Safe to repeat. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`attempt`](Self::attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the lease may or may not have moved; repeat it.
+    pub async fn renew(&self, name: &str, nonce: &str, ttl: Duration) -> Result<Option<Instant>> {
+        let keys = self.keys(name)?;
+        let ttl_ms = ttl_ms(ttl)?;
+        let args = [nonce.to_owned(), ttl_ms.to_string(), self.retention_ms()];
+        let sent = Instant::now();
+        let reply = self.eval_retrying(&SEM_RENEW, &keys.three(), &args).await?;
+        match array(&reply, &SEM_RENEW)?.first().and_then(Reply::as_int) {
+            Some(1) => Ok(Some(engine::local_deadline(sent, ttl))),
+            Some(-1) => Ok(None),
+            _ => Err(unexpected(&SEM_RENEW, &reply)),
+        }
+    }
+
+    /// Give back the permits of the holder `nonce` and wake the waiters. Returns whether they
+    /// were held (false: released already, or their lease passed). Safe to repeat. One round
+    /// trip.
+    ///
+    /// # Errors
+    ///
+    /// As [`attempt`](Self::attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the permits may or may not be back; repeat it, or their lease
+    /// frees them.
+    pub async fn release(&self, name: &str, nonce: &str) -> Result<bool> {
+        let keys = self.keys(name)?;
+        let args = [
+            nonce.to_owned(),
+            keys.channel.clone(),
+            self.store.pubsub().publish_command().to_owned(),
+        ];
+        let keys = [keys.holders, keys.holdings, keys.queue, keys.waiters];
+        let reply = self.eval_retrying(&SEM_RELEASE, &keys, &args).await?;
+        match reply.as_int() {
+            Some(1) => Ok(true),
+            Some(-1) => Ok(false),
+            _ => Err(unexpected(&SEM_RELEASE, &reply)),
+        }
+    }
+
+    /// A read-only snapshot of the semaphore `name`: its live holders with their permits,
+    /// fencing tokens and remaining leases. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name; store errors.
+    pub async fn inspect(&self, name: &str) -> Result<SemaphoreInspection> {
+        let keys = self.keys(name)?;
+        let reply = self.eval_retrying(&SEM_INSPECT, &keys.three(), &[]).await?;
+        let items = array(&reply, &SEM_INSPECT)?;
+        let bad = || unexpected(&SEM_INSPECT, &reply);
+        let text = |i: usize| items.get(i).and_then(Reply::as_str);
+        let (zt, ht) = (text(0).ok_or_else(bad)?, text(1).ok_or_else(bad)?);
+        let mut holders = Vec::new();
+        for item in items.iter().skip(3) {
+            let fields = item.as_array().ok_or_else(bad)?;
+            let int = |i: usize| fields.get(i).and_then(Reply::as_int);
+            holders.push(Holder {
+                nonce: fields
+                    .first()
+                    .and_then(Reply::as_str)
+                    .ok_or_else(bad)?
+                    .to_owned(),
+                permits: int(1).ok_or_else(bad)?.clamp(0, i64::from(u32::MAX)) as u32,
+                fence: fields
+                    .get(2)
+                    .and_then(Reply::as_str)
+                    .and_then(|f| f.parse().ok())
+                    .ok_or_else(bad)?,
+                remaining: Duration::from_millis(int(3).ok_or_else(bad)?.max(0) as u64),
+            });
+        }
+        Ok(SemaphoreInspection {
+            key: keys.holders,
+            in_use: holders
+                .iter()
+                .map(|h| h.permits)
+                .fold(0, u32::saturating_add),
+            holders,
+            last_fence: text(2).and_then(|f| f.parse().ok()),
+            foreign: !matches!(zt, "none" | "zset") || !matches!(ht, "none" | "hash"),
+        })
+    }
+
+    /// The permits free under this handle's limit now: the limit less the permits live holders
+    /// hold (0 when a larger limit's holders hold more). One round trip, read-only.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name, a limit of 0; [`ErrorKind::WrongType`] when a key of the layout holds
+    /// data that is not ours; store errors.
+    pub async fn available(&self, name: &str) -> Result<u32> {
+        self.check_limit()?;
+        let inspection = self.inspect(name).await?;
+        if inspection.foreign {
+            return Err(Error::new(
+                ErrorKind::WrongType,
+                format!("semaphore {name:?}: a key holds data that is not a semaphore's"),
+            ));
+        }
+        Ok(self.limit.saturating_sub(inspection.in_use))
+    }
+
+    async fn guard(
+        &self,
+        name: &str,
+        permits: u32,
+        patience: Patience,
+    ) -> Result<Option<PermitGuard<S>>> {
+        self.check_permits(permits)?;
+        let ttl = self.options.watchdog_lease;
+        ttl_ms(ttl)?;
+        let keys = self.keys(name)?;
+        let step = Step {
+            sem: self.clone(),
+            name: name.into(),
+            channel: keys.channel.into(),
+            permits,
+            ttl,
+            queue: self.options.fair && patience.waits(),
+        };
+        let wait = self.options.wait;
+        Ok(engine::acquire(&self.local, name, wait, patience, step)
+            .await?
+            .map(|permit| PermitGuard::new(self.clone(), name, permit, ttl)))
+    }
+
+    /// Wait for `permits` of the semaphore `name` and hold them, renewed by the guard's
+    /// watchdog until it is released or dropped.
+    ///
+    /// Waits by notification (a release announces itself) or polling, per
+    /// [`SemaphoreOptions::wait`], never longer than the earliest holder's lease, in this
+    /// client's local FIFO; rides through transient errors with the same nonce.
+    ///
+    /// # Errors
+    ///
+    /// Bad input (see [`attempt`](Self::attempt)), nothing sent; a key holding data that is not
+    /// ours; store errors other than transient ones, and transient ones that last over a
+    /// minute in a row.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped while a request was in flight (or returning an error after one
+    /// whose outcome is unknown), it releases in the background whatever that request may have
+    /// taken, and the lease bounds it in any case.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use tairlock::{MemoryStore, Semaphore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let sem = Semaphore::new(MemoryStore::new(), 2);
+    /// let a = sem.acquire("jobs", 1).await?;
+    /// let b = sem.acquire("jobs", 1).await?;
+    /// assert!(sem.try_acquire("jobs", 1).await?.is_none());
+    /// assert_ne!(a.fence(), b.fence());
+    /// a.release().await?;
+    /// assert_eq!(sem.available("jobs").await?, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self, name: &str, permits: u32) -> Result<PermitGuard<S>> {
+        Ok(self
+            .guard(name, permits, Patience::Forever)
+            .await?
+            .expect("waiting forever ends only with the permits"))
+    }
+
+    /// Take `permits` of the semaphore `name` if they fit now (one attempt): `Ok(None)` if not.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire); transient errors are returned at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self, name: &str, permits: u32) -> Result<Option<PermitGuard<S>>> {
+        self.guard(name, permits, Patience::Once).await
+    }
+
+    /// Wait up to `timeout` for `permits` of the semaphore `name`: `Ok(None)` if they did not
+    /// fit in time.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(
+        &self,
+        name: &str,
+        permits: u32,
+        timeout: Duration,
+    ) -> Result<Option<PermitGuard<S>>> {
+        self.guard(name, permits, Patience::from_timeout(Some(timeout)))
+            .await
+    }
+
+    /// Blocking twin of [`acquire`](Self::acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_acquire(&self, name: &str, permits: u32) -> Result<PermitGuard<S>> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_acquire",
+            self.acquire(name, permits),
+        )
+    }
+
+    /// Blocking twin of [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_acquire(&self, name: &str, permits: u32) -> Result<Option<PermitGuard<S>>> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_try_acquire",
+            self.try_acquire(name, permits),
+        )
+    }
+
+    /// Blocking twin of [`try_acquire_for`](Self::try_acquire_for).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_acquire_for(
+        &self,
+        name: &str,
+        permits: u32,
+        timeout: Duration,
+    ) -> Result<Option<PermitGuard<S>>> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_try_acquire_for",
+            self.try_acquire_for(name, permits, timeout),
+        )
+    }
+
+    /// Blocking twin of [`available`](Self::available).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_available(&self, name: &str) -> Result<u32> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_available",
+            self.available(name),
+        )
+    }
+
+    /// Blocking twin of [`inspect`](Self::inspect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_inspect(&self, name: &str) -> Result<SemaphoreInspection> {
+        blocking::block_on(self.store.runtime(), "blocking_inspect", self.inspect(name))
+    }
+
+    /// Blocking twin of [`attempt`](Self::attempt).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_attempt(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+    ) -> Result<PermitAttempt> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_attempt",
+            self.attempt(name, permits, ttl, nonce),
+        )
+    }
+
+    /// Blocking twin of [`attempt_queued`](Self::attempt_queued).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_attempt_queued(
+        &self,
+        name: &str,
+        permits: u32,
+        ttl: Duration,
+        nonce: &str,
+    ) -> Result<PermitAttempt> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_attempt_queued",
+            self.attempt_queued(name, permits, ttl, nonce),
+        )
+    }
+
+    /// Blocking twin of [`renew`](Self::renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_renew(
+        &self,
+        name: &str,
+        nonce: &str,
+        ttl: Duration,
+    ) -> Result<Option<Instant>> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_renew",
+            self.renew(name, nonce, ttl),
+        )
+    }
+
+    /// Blocking twin of [`release`](Self::release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_release(&self, name: &str, nonce: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_release",
+            self.release(name, nonce),
+        )
+    }
+}
+
+/// The semaphore's steps for the [engine](crate::engine): one [`SEM_ACQUIRE`] under the
+/// acquisition's nonce (in fair mode, taking or refreshing a place in the queue when refused);
+/// undone by releasing that nonce (which also leaves the queue; a no-op if it took nothing).
+#[derive(Clone)]
+struct Step<S: Store> {
+    sem: Semaphore<S>,
+    name: Arc<str>,
+    channel: Arc<str>,
+    permits: u32,
+    ttl: Duration,
+    /// Fair mode, waiting: a refused attempt takes (or refreshes) a place in the queue.
+    queue: bool,
+}
+
+impl<S: Store> Kind for Step<S> {
+    type Store = S;
+    type Held = Permit;
+
+    fn store(&self) -> &S {
+        self.sem.store()
+    }
+
+    fn channel(&self) -> Option<&str> {
+        Some(&self.channel)
+    }
+
+    async fn attempt(&self, nonce: &str) -> Result<Attempt<Permit>> {
+        Ok(
+            match self
+                .sem
+                .attempt_as(&self.name, self.permits, self.ttl, nonce, self.queue)
+                .await?
+            {
+                PermitAttempt::Acquired(permit) => Attempt::Acquired(permit),
+                PermitAttempt::Busy { remaining, .. } => Attempt::Busy {
+                    // Nobody holds any (a larger limit's holders just left): try again soon.
+                    remaining: Some(remaining).filter(|r| !r.is_zero()),
+                },
+            },
+        )
+    }
+
+    fn busy_leaves_trace(&self) -> bool {
+        // A waiting call's place in the fair queue.
+        self.queue
+    }
+
+    fn refresh_every(&self) -> Option<Duration> {
+        // Refresh the place well within the waiter lease.
+        self.queue.then(|| self.sem.options.waiter_lease / 3)
+    }
+
+    async fn undo(self, nonce: String) {
+        // Release the nonce (and leave the queue). Without an answer, try again until the
+        // lease (or the place) would have lapsed anyway.
+        let give_up = Instant::now() + self.ttl.max(self.sem.options.waiter_lease);
+        let mut transient = engine::Transient::new();
+        while let Err(e) = self.sem.release(&self.name, &nonce).await {
+            if !e.is_transient() || !transient.wait(Some(give_up)).await {
+                return;
+            }
+        }
+    }
+}

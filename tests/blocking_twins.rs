@@ -17,6 +17,7 @@ const NO_TWIN: &[(&str, &str, &str)] = &[
     ("LockGuard", "lost", "blocking code polls is_lost()"),
     ("MultiGuard", "lost", "blocking code polls is_lost()"),
     ("ReplicatedGuard", "lost", "blocking code polls is_lost()"),
+    ("PermitGuard", "lost", "blocking code polls is_lost()"),
     (
         "(macro)",
         "lost",

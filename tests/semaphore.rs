@@ -195,7 +195,7 @@ async fn shrinking_the_limit_never_evicts_a_live_holder<S: TestStore>(env: Env<S
     assert!(two.try_acquire("lim", 1).await.unwrap().is_none());
     assert_eq!(two.available("lim").await.unwrap(), 0);
     for h in &holders {
-        h.extend(Duration::from_secs(30)).await.unwrap();
+        h.renew(Duration::from_secs(30)).await.unwrap();
         assert!(!h.is_lost());
     }
     assert_eq!(three.inspect("lim").await.unwrap().holders.len(), 3);
@@ -307,7 +307,7 @@ async fn a_holder_whose_permits_are_gone_is_reported_lost<S: TestStore>(env: Env
         .await
         .expect("the loss is reported");
     assert!(guard.is_lost());
-    assert!(guard.extend(ms(300)).await.unwrap_err().is_lease_lost());
+    assert!(guard.renew(ms(300)).await.unwrap_err().is_lease_lost());
     assert_eq!(guard.release().await.unwrap(), Unlock::NotHeld);
 }
 
@@ -354,7 +354,7 @@ fn blocking_twins_count_permits_too() {
     );
     assert_eq!(sem.blocking_available("b").unwrap(), 0);
     assert_eq!(sem.blocking_inspect("b").unwrap().holders.len(), 2);
-    b.blocking_extend(Duration::from_secs(5)).unwrap();
+    b.blocking_renew(Duration::from_secs(5)).unwrap();
     assert_eq!(a.blocking_release().unwrap(), Unlock::Released);
     assert_eq!(b.blocking_release().unwrap(), Unlock::Released);
     assert_eq!(sem.blocking_available("b").unwrap(), 2);

@@ -155,7 +155,7 @@ impl<S: Store> PermitGuard<S> {
     ///
     /// If dropped after sending, the lease may or may not have moved; the guard's deadline
     /// moves only on an answer.
-    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+    pub async fn renew(&self, ttl: Duration) -> Result<()> {
         let _in_flight = self.shared.live.renewing().await;
         match self.shared.renew(ttl).await? {
             Some(deadline) => {
@@ -204,17 +204,17 @@ impl<S: Store> PermitGuard<S> {
         )
     }
 
-    /// Blocking twin of [`extend`](Self::extend).
+    /// Blocking twin of [`renew`](Self::renew).
     ///
     /// # Panics
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_extend(&self, ttl: Duration) -> Result<()> {
+    pub fn blocking_renew(&self, ttl: Duration) -> Result<()> {
         crate::blocking::block_on(
             self.shared.sem.store().runtime(),
-            "blocking_extend",
-            self.extend(ttl),
+            "blocking_renew",
+            self.renew(ttl),
         )
     }
 }

@@ -451,6 +451,12 @@ async fn acquire_observed<K: Kind>(
         if let Some(n) = notified.as_mut().as_pin_mut() {
             n.enable();
         }
+        // Patience ran out while waiting: an attempt sent now could only be cut (its outcome
+        // unknown, its undo left to the background). Give up at once, undoing what waiting left.
+        if first_attempt.is_none() && deadline.is_some_and(|d| Instant::now() >= d) {
+            cleanup.finish().await;
+            return Ok(None);
+        }
         cleanup.armed = true;
         // An attempt never outlasts the caller's patience (a stalled reconnect can take the
         // store's whole connection timeout): past the deadline its outcome is unknown, and the
@@ -550,6 +556,8 @@ mod tests {
         Busy(Duration),
         Transient,
         Hang,
+        /// Busy for an hour, answered after 10 ms (a server round trip).
+        SlowBusy,
     }
 
     /// A kind whose attempts answer from a script (busy for an hour once it runs out), and
@@ -605,6 +613,12 @@ mod tests {
                 }),
                 Answer::Transient => Err(Error::new(ErrorKind::Timeout, "no answer")),
                 Answer::Hang => std::future::pending().await,
+                Answer::SlowBusy => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Ok(Attempt::Busy {
+                        remaining: Some(Duration::from_secs(3600)),
+                    })
+                }
             }
         }
 
@@ -671,9 +685,27 @@ mod tests {
             .unwrap();
         assert_eq!(got, None);
         assert!(started.elapsed() >= Duration::from_millis(300));
+        // One attempt, then a poll that outlasts the patience: no attempt past the deadline.
         let attempts = kind.attempts();
-        assert!(attempts.len() >= 2, "{attempts:?}");
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
         // Undone once, at once (not left to the background), under the acquisition's nonce.
+        assert_eq!(kind.undone(), vec![attempts[0].clone()]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_past_its_deadline_withdraws_at_once_without_another_attempt() {
+        // Attempts take a round trip: one sent at the deadline could only be cut, leaving the
+        // withdrawal to the background (a fair waiter would still be queued when the call
+        // returned). A waiter whose patience ran out while it slept gives up at once.
+        use Answer::*;
+        let mut kind = Fake::new(&[Busy(Duration::from_secs(3600)), SlowBusy, SlowBusy]);
+        kind.trace = true;
+        let got = run(&kind, Patience::within(Duration::from_millis(300)))
+            .await
+            .unwrap();
+        assert_eq!(got, None);
+        let attempts = kind.attempts();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
         assert_eq!(kind.undone(), vec![attempts[0].clone()]);
     }
 

@@ -362,7 +362,7 @@ fn guards_are_must_use() {
             owned.blocking_lock("b").unwrap();
         }
         pub async fn g(owned: &tairlock::ReentrantLock<tairlock::MemoryStore>, owner: &tairlock::Owner) {
-            owned.lock(owner, "c").await.unwrap();
+            owned.lock_as(owner, "c").await.unwrap();
         }
     "#;
     let (ok, stderr) = support::compile_snippet("must_use_ignored", ignored);
@@ -377,7 +377,7 @@ fn guards_are_must_use() {
     let bound = ignored
         .replace("locks.blocking_lock", "let _a = locks.blocking_lock")
         .replace("owned.blocking_lock", "let _b = owned.blocking_lock")
-        .replace("owned.lock(", "let _c = owned.lock(");
+        .replace("owned.lock_as(", "let _c = owned.lock_as(");
     let (ok, stderr) = support::compile_snippet("must_use_bound", &bound);
     assert!(ok, "the control snippet must compile:\n{stderr}");
 }

@@ -4,12 +4,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 # Imports run one way: the core crate's lower layers (scripting, slots, keys, notifications,
-# stores) name nothing above them; and no import cycle between the files of one crate. The
-# cycles are reported, not yet fatal: some remain in code other work is restructuring (see the
-# script's output); make it fatal once they are gone.
+# stores) name nothing above them; and no import cycle between the files of one crate. A cycle
+# fails in the core, legacy and testing crates; in rwlock and cli, which other work is
+# restructuring, cycles are still only reported: drop them from --report-only once theirs are gone.
 python3 scripts/import_cycles.py --self-test
 python3 scripts/import_cycles.py --layers
-python3 scripts/import_cycles.py || echo "tidy: import cycles remain (reported, not fatal yet)"
+python3 scripts/import_cycles.py --report-only rwlock,cli
 cargo clippy --workspace --all-targets -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 cargo bench --workspace --no-run

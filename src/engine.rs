@@ -37,7 +37,24 @@ use crate::error::Result;
 use crate::notify::{Notifier, Watch};
 use crate::observe::{AcquireOutcome, Acquisition, in_span};
 use crate::store::Store;
-use crate::wait::WaitStrategy;
+
+/// How [`ExpireLock::lock`](crate::ExpireLock::lock) and friends wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[derive(Default)]
+pub enum WaitStrategy {
+    /// Sleep until a release is announced or the holder's lease runs out.
+    #[default]
+    Notify,
+    /// Poll with jittered exponential back-off from `min` to `max`, never past the holder's
+    /// remaining time.
+    Poll {
+        /// First back-off.
+        min: Duration,
+        /// Back-off cap.
+        max: Duration,
+    },
+}
 
 /// How long to wait for a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -45,6 +45,9 @@ use crate::store::{Store, Ttl};
 /// The longest lease accepted (ten years); longer is almost certainly a unit mistake.
 pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// The default waiter lease of the fair mode ([`Options::waiter_lease`]).
+pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
+
 /// Settings of an [`ExpireLock`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -57,7 +60,7 @@ pub struct Options {
     /// of its length (default 30 s).
     pub watchdog_lease: Duration,
     /// How `lock` and `try_lock_for` wait for a busy lock (default: by notification).
-    pub wait: crate::wait::WaitStrategy,
+    pub wait: crate::engine::WaitStrategy,
     /// Fair mode (default off): waiters queue on the server, first come first served, and a
     /// release hands the lock directly to the next one. See [`fair`](crate::fair).
     pub fair: bool,
@@ -79,9 +82,9 @@ impl Default for Options {
             keyspace: Keyspace::default(),
             fence_retention: Duration::from_secs(60),
             watchdog_lease: Duration::from_secs(30),
-            wait: crate::wait::WaitStrategy::default(),
+            wait: crate::engine::WaitStrategy::default(),
             fair: false,
-            waiter_lease: crate::fair::WAITER_LEASE,
+            waiter_lease: WAITER_LEASE,
             max_hold: None,
         }
     }
@@ -107,7 +110,7 @@ impl Options {
     }
 
     /// How to wait for a busy lock.
-    pub fn wait(mut self, wait: crate::wait::WaitStrategy) -> Self {
+    pub fn wait(mut self, wait: crate::engine::WaitStrategy) -> Self {
         self.wait = wait;
         self
     }

@@ -41,9 +41,6 @@ use crate::script::{Reply, array, unexpected};
 use crate::scripts::{FAIR_LOCK, FAIR_UNLOCK};
 use crate::store::Store;
 
-/// The default waiter lease.
-pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
-
 impl<S: Store> ExpireLock<S> {
     /// The four keys of the fair mode: lock, fence, queue, waiters.
     pub(crate) fn fair_keys(&self, name: &str) -> Result<[String; 4]> {

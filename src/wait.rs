@@ -28,23 +28,8 @@ use crate::guard::LockGuard;
 use crate::lease::Lease;
 use crate::store::Store;
 
-/// How [`ExpireLock::lock`] and friends wait for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-#[derive(Default)]
-pub enum WaitStrategy {
-    /// Sleep until a release is announced or the holder's lease runs out.
-    #[default]
-    Notify,
-    /// Poll with jittered exponential back-off from `min` to `max`, never past the holder's
-    /// remaining time.
-    Poll {
-        /// First back-off.
-        min: Duration,
-        /// Back-off cap.
-        max: Duration,
-    },
-}
+// Defined with the engine, which waits by it; named here too, where the waiting calls are.
+pub use crate::engine::WaitStrategy;
 
 /// The expire lock's steps for the [engine](crate::engine): one `expire_lock` under the
 /// acquisition's nonce; undone by repeating it (which returns our lease if the lost attempt

@@ -8,6 +8,23 @@ use tairlock::clock::{SharedClock, SystemClock};
 
 use crate::wire::Unit;
 
+/// Which commands a [`WatchLock`](crate::WatchLock) uses, by server version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Profile {
+    /// Redis ≥ 2.6.12 (with scripting disabled, or a proxy that forbids it): `SET … PX`,
+    /// `SET … XX`, `PTTL`, `PEXPIRE`, `TIME`. Timestamps and expiry by the server's clock;
+    /// millisecond TTLs; time-anchored fencing tokens with a bounded fence key.
+    #[default]
+    Modern,
+    /// Redis 2.2 – 2.6.11: `SETEX`, `TTL`, `INCR` only. Timestamps are written from the client
+    /// clock (the TTL still decides expiry for keys this lock wrote, in whole seconds rounded
+    /// up); keys old clients wrote are judged by the client clock; the fence is an `INCR`
+    /// counter kept forever. Renewal cannot say `XX`: on servers before 6.0.9, whose `EXEC` does
+    /// not abort when a watched key merely expires, a renewal racing its own expiry may re-create
+    /// the key — only if nobody took the lock meanwhile, since any taker's write aborts it.
+    Classic,
+}
+
 /// Settings of a [`GetSetLock`](crate::GetSetLock), [`WatchLock`](crate::WatchLock) or
 /// [`ScriptedLock`](crate::ScriptedLock). Every kind reads the fields it needs and ignores the
 /// rest; the table says which.
@@ -17,9 +34,9 @@ use crate::wire::Unit;
 /// | [`unit`](Self::unit) | seconds | ✓ | ✓ | ✓ |
 /// | [`poll_interval`](Self::poll_interval) | 10 ms | ✓ (fixed, as the original) | ✓ (jittered: half to all of it; capped by the holder's remaining time) | ✓ (same) |
 /// | [`acquire_timeout`](Self::acquire_timeout) | none: wait forever | ✓ | ✓ | ✓ |
-/// | [`clock`](Self::clock) | system clock | ✓ judges expiry | only in [`Profile::Classic`](crate::watch::Profile) | — |
+/// | [`clock`](Self::clock) | system clock | ✓ judges expiry | only in [`Profile::Classic`](Profile) | — |
 /// | [`fence_retention`](Self::fence_retention) | 60 s | — | ✓ | ✓ |
-/// | [`profile`](Self::profile) | [`Modern`](crate::watch::Profile::Modern) | — | ✓ | — |
+/// | [`profile`](Self::profile) | [`Modern`](Profile::Modern) | — | ✓ | — |
 /// | [`pool_size`](Self::pool_size) | 4 | — | ✓ | — |
 #[derive(Clone)]
 #[non_exhaustive]
@@ -39,7 +56,7 @@ pub struct Options {
     /// across back-to-back holders while nothing is stored for an idle lock.
     pub fence_retention: Duration,
     /// Which commands [`WatchLock`](crate::WatchLock) may use.
-    pub profile: crate::watch::Profile,
+    pub profile: Profile,
     /// How many idle dedicated connections a [`WatchLock`](crate::WatchLock) keeps for reuse.
     pub pool_size: usize,
 }
@@ -52,7 +69,7 @@ impl Default for Options {
             acquire_timeout: None,
             clock: Arc::new(SystemClock),
             fence_retention: Duration::from_secs(60),
-            profile: crate::watch::Profile::Modern,
+            profile: Profile::Modern,
             pool_size: 4,
         }
     }
@@ -104,7 +121,7 @@ impl Options {
     }
 
     /// Use this command profile for [`WatchLock`](crate::WatchLock).
-    pub fn profile(mut self, profile: crate::watch::Profile) -> Self {
+    pub fn profile(mut self, profile: Profile) -> Self {
         self.profile = profile;
         self
     }

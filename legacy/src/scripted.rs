@@ -191,7 +191,7 @@ impl<S: Store> ScriptedLock<S> {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, key: &str, lease: Duration) -> Result<Option<Holding>> {
-        crate::acquire(self, key, lease).await
+        crate::waiting::acquire(self, key, lease).await
     }
 
     /// Compare-and-delete: delete the lock only if it is still exactly this holding's. One round
@@ -369,7 +369,7 @@ fn fence_of(holding: &Holding) -> Result<u64> {
     })
 }
 
-impl<S: Store> crate::TryStep for ScriptedLock<S> {
+impl<S: Store> crate::waiting::TryStep for ScriptedLock<S> {
     type Store = S;
 
     fn store(&self) -> &S {

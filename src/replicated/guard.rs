@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
+use super::{ReplicatedAcquire, ReplicatedLock, ReplicatedRelease, ReplicatedRenew};
 use crate::error::Result;
 use crate::guard::{Liveness, Renewal};
 use crate::lease::Lease;
@@ -169,7 +169,7 @@ impl<S: ReplicaStore> fmt::Debug for ReplicatedGuard<S> {
 
 impl<S: ReplicaStore> ReplicatedGuard<S> {
     /// Wrap an acknowledged lease and start its watchdog (renewing to `ttl` every `ttl / 3`).
-    pub(super) fn new(lock: ReplicatedLock<S>, name: &str, lease: Lease, ttl: Duration) -> Self {
+    fn new(lock: ReplicatedLock<S>, name: &str, lease: Lease, ttl: Duration) -> Self {
         let shared = Arc::new(Shared {
             lock,
             name: name.to_owned(),
@@ -273,5 +273,83 @@ impl<S: ReplicaStore> ReplicatedGuard<S> {
     pub fn blocking_release(self) -> Result<ReplicatedRelease> {
         let runtime = self.shared.lock.locks().store().runtime();
         crate::blocking::block_on(runtime, "blocking_release", self.release())
+    }
+}
+
+// The guard-returning calls of the lock: here, with the guard they make.
+impl<S: ReplicaStore> ReplicatedLock<S> {
+    /// [`acquire`](Self::acquire), and wrap an acknowledged lease in a [`ReplicatedGuard`] whose
+    /// watchdog keeps it with acknowledged renewals every `ttl / 3`; any other outcome
+    /// ([`Held`](ReplicatedAcquire::Held), [`NotAcknowledged`](ReplicatedAcquire::NotAcknowledged))
+    /// comes back as `Err`.
+    ///
+    /// Choose the wait's timeout well under `ttl / 3`, so a lagging replica delays a renewal
+    /// without eating the lease.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Self::acquire): a dropped call may leave a grant nobody holds (no guard,
+    /// no watchdog), freed by its TTL.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use tairlock::store::WaitFor;
+    /// use tairlock::{ExpireLock, RedisStore, ReplicatedLock};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> tairlock::Result<()> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let locks = ReplicatedLock::new(
+    ///     ExpireLock::new(store),
+    ///     WaitFor::replicas(1, Duration::from_millis(200)),
+    /// );
+    /// match locks.try_lock("job", Duration::from_secs(30)).await? {
+    ///     Ok(guard) => {
+    ///         tokio::select! {
+    ///             () = guard.lost() => eprintln!("replicas stopped acknowledging: stop writing"),
+    ///             () = async { /* the critical section, passing guard.fence() along */ } => {}
+    ///         }
+    ///         guard.release().await?;
+    ///     }
+    ///     Err(refused) => println!("not taken: {refused:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<std::result::Result<ReplicatedGuard<S>, ReplicatedAcquire>> {
+        Ok(match self.acquire(name, ttl).await? {
+            ReplicatedAcquire::Acquired { lease, .. } => {
+                Ok(ReplicatedGuard::new(self.clone(), name, lease, ttl))
+            }
+            refused => Err(refused),
+        })
+    }
+
+    /// Blocking twin of [`try_lock`](Self::try_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_lock(
+        &self,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<std::result::Result<ReplicatedGuard<S>, ReplicatedAcquire>> {
+        crate::blocking::block_on(
+            self.locks().store().runtime(),
+            "blocking_try_lock",
+            self.try_lock(name, ttl),
+        )
     }
 }

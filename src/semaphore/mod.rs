@@ -73,6 +73,7 @@
 //! the zset goes, ...) is [`ErrorKind::WrongType`](crate::ErrorKind::WrongType), and nothing is
 //! changed.
 
+mod acquire;
 mod guard;
 mod lock;
 mod options;

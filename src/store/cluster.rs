@@ -197,7 +197,7 @@ impl ClusterStore {
                 "a cluster store needs at least one seed URL",
             ));
         }
-        let redacted: Vec<String> = urls.iter().map(|u| super::redis::redact(u)).collect();
+        let redacted: Vec<String> = urls.iter().map(|u| super::url::redact(u)).collect();
         // Checks each URL against the TLS options (and installs the TLS crypto provider).
         for url in &urls {
             super::tls::client(url, &options.tls)?;
@@ -292,7 +292,7 @@ impl ClusterStore {
 
     /// The seed URLs, with any password removed.
     pub fn urls(&self) -> Vec<String> {
-        self.urls.iter().map(|u| super::redis::redact(u)).collect()
+        self.urls.iter().map(|u| super::url::redact(u)).collect()
     }
 
     /// Send any command, routed by the `redis` crate's cluster rules (by key; keyless commands
@@ -519,7 +519,7 @@ impl ClusterStore {
             _ => {
                 return Err(Error::invalid(format!(
                     "seed url {} is not a TCP address",
-                    super::redis::redact(seed)
+                    super::url::redact(seed)
                 )));
             }
         };

@@ -27,12 +27,14 @@ use crate::script::{Reply, Script};
 pub mod cluster;
 mod commands;
 pub mod intercept;
+mod link;
 pub mod memory;
 mod native;
 pub mod redis;
 #[cfg(feature = "sentinel")]
 pub mod sentinel;
 pub mod tls;
+mod url;
 
 #[cfg(feature = "cluster")]
 pub use self::cluster::{ClusterOptions, ClusterStore};

@@ -17,42 +17,15 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 
-use super::tls::TlsOptions;
+use super::link::{Link, connect_link, describe, manager_config};
 use super::{ReplicaStore, Store, Ttl};
 use crate::error::{Error, Result};
 use crate::script::{Reply, Script};
 
-/// Connection settings for [`RedisStore`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RedisOptions {
-    /// How long one command may take before it fails with a timeout.
-    pub response_timeout: Duration,
-    /// How long one connection attempt may take.
-    pub connection_timeout: Duration,
-    /// How many times the manager retries a reconnect before giving up until the next command.
-    pub reconnect_retries: usize,
-    /// The longest pause between two reconnect attempts (they back off exponentially from
-    /// 50 ms). With the defaults a dead server is reported in well under a second.
-    pub reconnect_max_delay: Duration,
-    /// The CA and client certificate of a `rediss://` URL (see [`TlsOptions`]); giving any with
-    /// a `redis://` URL is an error.
-    pub tls: TlsOptions,
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        RedisOptions {
-            response_timeout: Duration::from_secs(2),
-            connection_timeout: Duration::from_secs(2),
-            reconnect_retries: 3,
-            reconnect_max_delay: Duration::from_millis(400),
-            tls: TlsOptions::default(),
-        }
-    }
-}
+// Defined with the connections it configures; named here too, beside the store.
+pub use super::link::RedisOptions;
 
 /// The Redis store. See the [module docs](self).
 #[derive(Clone)]
@@ -69,26 +42,6 @@ pub struct RedisStore {
     /// Set by [`RedisStore::connect_sentinel`]: where to ask for the master after a failure.
     #[cfg(feature = "sentinel")]
     sentinel: Option<Arc<super::sentinel::Sentinels>>,
-}
-
-/// The connections to one server.
-pub(crate) struct Link {
-    pub(crate) con: ConnectionManager,
-    pub(crate) client: redis::Client,
-    pub(crate) url: String,
-    /// A second connection for `WAIT`, which blocks its connection; made on first use.
-    wait_con: tokio::sync::OnceCell<ConnectionManager>,
-}
-
-impl Link {
-    pub(crate) fn new(con: ConnectionManager, client: redis::Client, url: String) -> Self {
-        Link {
-            con,
-            client,
-            url,
-            wait_con: tokio::sync::OnceCell::new(),
-        }
-    }
 }
 
 impl fmt::Debug for RedisStore {
@@ -151,7 +104,7 @@ impl RedisStore {
         RedisStore::assemble(Link::new(con, client, url), options)
     }
 
-    pub(crate) fn assemble(link: Link, options: RedisOptions) -> Self {
+    fn assemble(link: Link, options: RedisOptions) -> Self {
         RedisStore {
             link: Arc::new(RwLock::new(Arc::new(link))),
             runtime: tokio::runtime::Handle::current(),
@@ -165,7 +118,7 @@ impl RedisStore {
     }
 
     #[cfg(feature = "sentinel")]
-    pub(crate) fn with_sentinel(mut self, sentinel: Arc<super::sentinel::Sentinels>) -> Self {
+    fn with_sentinel(mut self, sentinel: Arc<super::sentinel::Sentinels>) -> Self {
         self.sentinel = Some(sentinel);
         self
     }
@@ -173,18 +126,6 @@ impl RedisStore {
     /// The current server's connections.
     pub(crate) fn link(&self) -> Arc<Link> {
         self.link.read().clone()
-    }
-
-    /// The store's notifier, once made.
-    #[cfg(feature = "sentinel")]
-    pub(crate) fn notifier_cell(&self) -> Arc<tokio::sync::OnceCell<crate::notify::Notifier>> {
-        self.notifier.clone()
-    }
-
-    /// The cell of the current server's connections, shared by the store's clones.
-    #[cfg(feature = "sentinel")]
-    pub(crate) fn link_arc(&self) -> Arc<RwLock<Arc<Link>>> {
-        self.link.clone()
     }
 
     /// After a failed command: with Sentinel, a dropped connection or a `READONLY` answer may
@@ -198,7 +139,7 @@ impl RedisStore {
         {
             let (sentinel, store) = (sentinel.clone(), self.clone());
             self.runtime
-                .spawn(async move { sentinel.follow(&store).await });
+                .spawn(async move { sentinel.follow(&store.link, &store.notifier).await });
         }
         result
     }
@@ -279,71 +220,6 @@ impl RedisStore {
     }
 }
 
-/// Connect to the server of `client`.
-pub(crate) async fn connect_link(client: redis::Client, options: &RedisOptions) -> Result<Link> {
-    let url = describe(&client);
-    let config = manager_config(options);
-    let con = ConnectionManager::new_with_config(client.clone(), config)
-        .await
-        .map_err(|e| connect_error(&url, e))?;
-    Ok(Link::new(con, client, url))
-}
-
-fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_response_timeout(Some(options.response_timeout))
-        .set_connection_timeout(Some(options.connection_timeout))
-        .set_number_of_retries(options.reconnect_retries)
-        .set_min_delay(Duration::from_millis(50))
-        .set_max_delay(options.reconnect_max_delay)
-}
-
-/// A connection error naming the server, with a hint for the two TLS mix-ups.
-fn connect_error(url: &str, e: redis::RedisError) -> Error {
-    let e = Error::from(e);
-    let hint = if super::tls::is_tls_url(url) {
-        " (the server's certificate, the CA given, or the client certificate it requires?)"
-    } else {
-        " (if the server listens for TLS on that port, use a rediss:// URL)"
-    };
-    let hint = if e.kind() == crate::ErrorKind::Connection {
-        hint
-    } else {
-        ""
-    };
-    Error::new(
-        e.kind(),
-        format!("cannot connect to {url}: {}{hint}", e.message()),
-    )
-}
-
-/// `redis[s]://[user@]host:port/db` of a client, without its password.
-pub(crate) fn describe(client: &redis::Client) -> String {
-    let info = client.get_connection_info();
-    let settings = info.redis_settings();
-    let user = match settings.username() {
-        Some(user) => format!("{user}@"),
-        None => String::new(),
-    };
-    let db = settings.db();
-    match info.addr() {
-        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{user}{host}:{port}/{db}"),
-        redis::ConnectionAddr::TcpTls { host, port, .. } => {
-            format!("rediss://{user}{host}:{port}/{db}")
-        }
-        other => format!("{other}"),
-    }
-}
-
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 impl Store for RedisStore {
     super::commands::plain_commands!();
 
@@ -412,7 +288,7 @@ impl Store for RedisStore {
                         // Each (re)connection asks the sentinels for the master first, so a
                         // failover moves the subscriptions to the new master.
                         return crate::notify::Notifier::redis_resolved(
-                            sentinel.resolver(self),
+                            sentinel.resolver(&self.link),
                             timeouts,
                         );
                     }
@@ -490,6 +366,28 @@ impl RedisStore {
         )
     }
 
+    /// Connect to the master that these sentinels (`redis://host:port` each, usually port 26379)
+    /// name `master`, and follow it through failovers (see [`sentinel`](super::sentinel)).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for no sentinel URL or a
+    /// malformed one; [`ErrorKind::Connection`](crate::ErrorKind::Connection) when no sentinel
+    /// answers, none knows `master`, or the server they name cannot be reached or is not a
+    /// master.
+    #[cfg(feature = "sentinel")]
+    pub async fn connect_sentinel<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: super::sentinel::SentinelOptions,
+    ) -> Result<Self> {
+        let (sentinels, link) =
+            super::sentinel::Sentinels::connect(sentinels, master, options).await?;
+        let store = RedisStore::assemble(link, sentinels.redis_options().clone());
+        sentinels.start_watch(&store.link, &store.notifier);
+        Ok(store.with_sentinel(sentinels))
+    }
+
     /// Blocking twin of [`connect_sentinel`](Self::connect_sentinel), with its own runtime as
     /// [`blocking_connect`](Self::blocking_connect) (the Sentinel watch runs on it).
     ///
@@ -532,24 +430,4 @@ pub(crate) fn owned_runtime() -> Result<Arc<tokio::runtime::Runtime>> {
                 format!("cannot start the I/O runtime: {e}"),
             )
         })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redact_hides_credentials() {
-        assert_eq!(
-            redact("redis://user:secret@127.0.0.1:6379/0"),
-            "redis://***@127.0.0.1:6379/0"
-        );
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-    }
-
-    #[test]
-    fn describe_names_the_server_without_the_password() {
-        let client = redis::Client::open("redis://user:secret@127.0.0.1:6379/2").unwrap();
-        assert_eq!(super::describe(&client), "redis://user@127.0.0.1:6379/2");
-    }
 }

@@ -1,6 +1,6 @@
-//! A [`RedisStore`] behind Redis Sentinel (the `sentinel` feature).
+//! A [`RedisStore`](super::RedisStore) behind Redis Sentinel (the `sentinel` feature).
 //!
-//! [`RedisStore::connect_sentinel`] asks the sentinels, in the order given, for the master of a
+//! [`RedisStore::connect_sentinel`](super::RedisStore::connect_sentinel) asks the sentinels, in the order given, for the master of a
 //! name (`SENTINEL GET-MASTER-ADDR-BY-NAME`), connects to it and checks with `ROLE` that it is a
 //! master. The store then works as on one server, and follows failovers:
 //!
@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use parking_lot::RwLock;
 
-use super::redis::{Link, RedisOptions, RedisStore, connect_link, redact};
+use super::link::{Link, RedisOptions, connect_link};
+use super::url::{is_tls_url, redact};
 use crate::error::{Error, ErrorKind, Result};
 
 /// How to reach the master that the sentinels name.
@@ -48,33 +49,6 @@ pub struct SentinelOptions {
     pub master_db: i64,
 }
 
-impl RedisStore {
-    /// Connect to the master that these sentinels (`redis://host:port` each, usually port 26379)
-    /// name `master`, and follow it through failovers (see [`sentinel`](super::sentinel)).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`] for no sentinel URL or a
-    /// malformed one; [`ErrorKind::Connection`] when no sentinel
-    /// answers, none knows `master`, or the server they name cannot be reached or is not a
-    /// master.
-    pub async fn connect_sentinel<S: AsRef<str>>(
-        sentinels: &[S],
-        master: &str,
-        options: SentinelOptions,
-    ) -> Result<Self> {
-        let sentinels = Arc::new(Sentinels::new(sentinels, master, options)?);
-        let link = sentinels.connect_master().await?;
-        let store = RedisStore::assemble(link, sentinels.options.redis.clone());
-        tokio::spawn(watch(
-            Arc::downgrade(&sentinels),
-            Arc::downgrade(&store.link_arc()),
-            Arc::downgrade(&store.notifier_cell()),
-        ));
-        Ok(store.with_sentinel(sentinels))
-    }
-}
-
 /// The sentinels of one master name.
 pub(crate) struct Sentinels {
     clients: Vec<redis::Client>,
@@ -92,6 +66,37 @@ pub(crate) struct Sentinels {
 const MIN_REFRESH: Duration = Duration::from_millis(100);
 
 impl Sentinels {
+    /// The sentinels at `urls` of the master named `master`, and the connections to the master
+    /// they name (checked to be one).
+    pub(crate) async fn connect<S: AsRef<str>>(
+        urls: &[S],
+        master: &str,
+        options: SentinelOptions,
+    ) -> Result<(Arc<Self>, Link)> {
+        let sentinels = Arc::new(Sentinels::new(urls, master, options)?);
+        let link = sentinels.connect_master().await?;
+        Ok((sentinels, link))
+    }
+
+    /// The timeouts and TLS settings for the sentinels and the masters.
+    pub(crate) fn redis_options(&self) -> &RedisOptions {
+        &self.options.redis
+    }
+
+    /// Start the [`watch`] of a store whose connections are in `cell` and whose notifier
+    /// (once made) is in `notifier`; it ends when the store is dropped.
+    pub(crate) fn start_watch(
+        self: &Arc<Self>,
+        cell: &Arc<RwLock<Arc<Link>>>,
+        notifier: &Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
+    ) {
+        tokio::spawn(watch(
+            Arc::downgrade(self),
+            Arc::downgrade(cell),
+            Arc::downgrade(notifier),
+        ));
+    }
+
     fn new<S: AsRef<str>>(urls: &[S], master: &str, options: SentinelOptions) -> Result<Self> {
         if urls.is_empty() {
             return Err(Error::invalid("Sentinel needs at least one sentinel URL"));
@@ -104,7 +109,7 @@ impl Sentinels {
             .iter()
             .map(|url| super::tls::client(url, &options.redis.tls))
             .collect::<Result<Vec<_>>>()?;
-        let tls = super::tls::is_tls_url(&urls[0]);
+        let tls = is_tls_url(&urls[0]);
         Ok(Sentinels {
             clients,
             urls: urls.iter().map(|u| redact(u)).collect(),
@@ -250,10 +255,15 @@ impl Sentinels {
         }
     }
 
-    /// After a failed command of `store`: see the [module docs](self).
-    pub(crate) async fn follow(&self, store: &RedisStore) {
-        if self.follow_cell(&store.link_arc(), false).await
-            && let Some(notifier) = store.notifier_cell().get()
+    /// After a failed command of the store whose connections are in `cell` and whose notifier
+    /// (once made) is in `notifier`: see the [module docs](self).
+    pub(crate) async fn follow(
+        &self,
+        cell: &RwLock<Arc<Link>>,
+        notifier: &tokio::sync::OnceCell<crate::notify::Notifier>,
+    ) {
+        if self.follow_cell(cell, false).await
+            && let Some(notifier) = notifier.get()
         {
             notifier.reconnect();
         }
@@ -261,12 +271,12 @@ impl Sentinels {
 
     /// What the notifier asks before each (re)connection: the current master's client, after
     /// asking the sentinels whether it is still the master. Holds the store's connections
-    /// weakly: the notifier lives inside the store, and must not keep it alive.
+    /// (`cell`) weakly: the notifier lives inside the store, and must not keep it alive.
     pub(crate) fn resolver(
         self: &Arc<Self>,
-        store: &RedisStore,
+        cell: &Arc<RwLock<Arc<Link>>>,
     ) -> crate::notify::classic::Resolver {
-        let cell: Weak<RwLock<Arc<Link>>> = Arc::downgrade(&store.link_arc());
+        let cell: Weak<RwLock<Arc<Link>>> = Arc::downgrade(cell);
         let sentinels = Arc::downgrade(self);
         Arc::new(move || {
             let (cell, sentinels) = (cell.clone(), sentinels.clone());

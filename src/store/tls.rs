@@ -13,6 +13,7 @@
 use std::fmt;
 use std::path::Path;
 
+use super::url::{is_tls_url, redact};
 use crate::error::{Error, Result};
 
 /// The CA and client certificate of TLS connections. The default trusts the system's store and
@@ -113,16 +114,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// Whether `url` asks for TLS.
-pub(crate) fn is_tls_url(url: &str) -> bool {
-    url.trim_start()
-        .to_ascii_lowercase()
-        .starts_with("rediss://")
-}
-
 /// A `redis` client for `url` with these TLS settings.
 pub(crate) fn client(url: &str, tls: &TlsOptions) -> Result<redis::Client> {
-    let redacted = super::redis::redact(url);
+    let redacted = redact(url);
     if is_tls_url(url) {
         return tls_client(url, tls, &redacted);
     }

@@ -88,28 +88,14 @@ pub use self::memory::MemoryWatch;
 pub use self::redis::RedisWatch;
 pub use self::store::{Expiry, Read, TxOp, WatchConnection, WatchStore};
 
+// Set in the options, which every kind shares; named here too, where it is used.
+pub use crate::options::Profile;
+
 use crate::options::{Holding, Options, Release, Renew, TryAcquire, deadline};
 use crate::wire::{fence_key, not_a_timestamp, parse_value, validate_key};
 
 /// How many times one operation re-reads after an aborted `EXEC` before giving up.
 const MAX_ABORTS: u32 = 16;
-
-/// Which commands a [`WatchLock`] uses, by server version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Profile {
-    /// Redis ≥ 2.6.12 (with scripting disabled, or a proxy that forbids it): `SET … PX`,
-    /// `SET … XX`, `PTTL`, `PEXPIRE`, `TIME`. Timestamps and expiry by the server's clock;
-    /// millisecond TTLs; time-anchored fencing tokens with a bounded fence key.
-    #[default]
-    Modern,
-    /// Redis 2.2 – 2.6.11: `SETEX`, `TTL`, `INCR` only. Timestamps are written from the client
-    /// clock (the TTL still decides expiry for keys this lock wrote, in whole seconds rounded
-    /// up); keys old clients wrote are judged by the client clock; the fence is an `INCR`
-    /// counter kept forever. Renewal cannot say `XX`: on servers before 6.0.9, whose `EXEC` does
-    /// not abort when a watched key merely expires, a renewal racing its own expiry may re-create
-    /// the key — only if nobody took the lock meanwhile, since any taker's write aborts it.
-    Classic,
-}
 
 /// The `WATCH`/`MULTI`/`EXEC` lock. See the [module docs](self).
 ///
@@ -242,7 +228,7 @@ impl<S: WatchStore> WatchLock<S> {
     ///
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire(&self, key: &str, lease: Duration) -> Result<Option<Holding>> {
-        crate::acquire(self, key, lease).await
+        crate::waiting::acquire(self, key, lease).await
     }
 
     /// A release, not yet started; see [`release`](Self::release).
@@ -907,7 +893,7 @@ impl<'a, S: WatchStore> Txn<'a, S> {
     }
 }
 
-impl<S: WatchStore> crate::TryStep for WatchLock<S> {
+impl<S: WatchStore> crate::waiting::TryStep for WatchLock<S> {
     type Store = S;
 
     fn store(&self) -> &S {

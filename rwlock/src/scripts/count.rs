@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, now_ms};
 
-use super::typed;
+use super::db::typed;
 
 /// Live readers, and the writer's and intent's remaining time; read-only. Lua: `count.lua`.
 pub static COUNT: Script = Script::new("rw_count", include_str!("count.lua"), native);

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::{add_reader, reap, typed, writer_lease};
+use super::db::{add_reader, reap, typed, writer_lease};
 
 /// Turn a held write lock into a read lock in one step; a repeat after it happened answers the
 /// same. Lua: `downgrade.lua`.

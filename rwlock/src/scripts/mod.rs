@@ -26,6 +26,7 @@
 //! readers. None uses `KEYS`/`SCAN`.
 
 mod count;
+mod db;
 mod downgrade;
 mod inspect;
 mod read_acquire;
@@ -43,7 +44,7 @@ pub use self::read_renew::READ_RENEW;
 pub use self::write_abandon::WRITE_ABANDON;
 pub use self::write_acquire::WRITE_ACQUIRE;
 
-use tairlock::script::{CommandError, CommandResult, Db, Script};
+use tairlock::script::Script;
 
 /// Every script of the scripted RwLock (the two core scripts it reuses included), e.g. for
 /// [`RedisStore::preload`](tairlock::RedisStore::preload).
@@ -59,68 +60,3 @@ pub static ALL: [&Script; 10] = [
     &tairlock::scripts::EXPIRE_UNLOCK,
     &tairlock::scripts::RENEW,
 ];
-
-/// `TYPE key` must be `none` or `want`; `what` names the key in the error, as the Lua does.
-pub(crate) fn typed(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<bool> {
-    match db.key_type(key) {
-        "none" => Ok(false),
-        t if t == want => Ok(true),
-        other => Err(CommandError::new(
-            "WRONGTYPE",
-            format!("{what} key holds a {other}"),
-        )),
-    }
-}
-
-/// The writer key's value, checked to be a lease (`NOTLOCK` otherwise); `None` when absent.
-pub(crate) fn writer_lease(db: &mut Db, key: &str) -> CommandResult<Option<Vec<u8>>> {
-    let value = db.get(key)?;
-    match value {
-        Some(v) if !v.starts_with(tairlock::scripts::LEASE_PREFIX.as_bytes()) => {
-            Err(CommandError::new(
-                "NOTLOCK",
-                "writer key holds a value that is not a tairlock lease",
-            ))
-        }
-        other => Ok(other),
-    }
-}
-
-/// The intent key's value, checked to be a nonce (`NOTLOCK` otherwise); `None` when absent.
-pub(crate) fn intent(db: &mut Db, key: &str) -> CommandResult<Option<Vec<u8>>> {
-    let value = db.get(key)?;
-    match value {
-        Some(v) if v.is_empty() || !v.iter().all(u8::is_ascii_hexdigit) => Err(CommandError::new(
-            "NOTLOCK",
-            "intent key holds a value that is not a writer intent",
-        )),
-        other => Ok(other),
-    }
-}
-
-/// `string.sub(value, -#(':' .. nonce)) == ':' .. nonce`.
-pub(crate) fn ends_with_nonce(value: &[u8], nonce: &str) -> bool {
-    let mine = format!(":{nonce}");
-    value.ends_with(mine.as_bytes())
-}
-
-/// `ZREMRANGEBYSCORE readers -inf (now`: drop every reader whose lease has passed.
-pub(crate) fn reap(db: &mut Db, readers: &str, now_ms: u64) -> CommandResult<()> {
-    db.zremrangebyscore(readers, f64::NEG_INFINITY, now_ms as f64 - 0.5)?;
-    Ok(())
-}
-
-/// `ZADD readers expiry nonce`, then stretch the set's TTL to cover `lease`.
-pub(crate) fn add_reader(
-    db: &mut Db,
-    readers: &str,
-    nonce: &str,
-    expiry: u64,
-    lease: u64,
-) -> CommandResult<()> {
-    db.zadd(readers, expiry as f64, nonce.as_bytes())?;
-    if db.pttl(readers) < lease as i64 {
-        db.pexpire(readers, std::time::Duration::from_millis(lease));
-    }
-    Ok(())
-}

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::{add_reader, intent, reap, typed, writer_lease};
+use super::db::{add_reader, intent, reap, typed, writer_lease};
 
 /// Admit one reader unless a writer holds (or, honouring intent, waits for) the lock. Lua:
 /// `read_acquire.lua`.

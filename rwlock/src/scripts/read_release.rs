@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, now_ms};
 
-use super::{reap, typed};
+use super::db::{reap, typed};
 
 /// Remove one reader; announce when the last live one left. Lua: `read_release.lua`.
 pub static READ_RELEASE: Script =

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::{add_reader, reap, typed};
+use super::db::{add_reader, reap, typed};
 
 /// Move a live reader's lease. Lua: `read_renew.lua`.
 pub static READ_RENEW: Script =

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script};
 
-use super::{ends_with_nonce, intent, typed, writer_lease};
+use super::db::{ends_with_nonce, intent, typed, writer_lease};
 
 /// Undo what one write acquisition left behind (its lock, its intent). Lua:
 /// `write_abandon.lua`.

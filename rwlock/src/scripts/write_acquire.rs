@@ -3,7 +3,7 @@ use std::time::Duration;
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_us};
 use tairlock::scripts::{format_lease, read_fence};
 
-use super::{ends_with_nonce, intent, reap, typed, writer_lease};
+use super::db::{ends_with_nonce, intent, reap, typed, writer_lease};
 
 /// Take the write lock if nobody reads or writes, or announce this writer's intent. Lua:
 /// `write_acquire.lua`.

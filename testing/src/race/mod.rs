@@ -25,6 +25,7 @@
 //! With [`RaceConfig::timeline`] (`--timeline FILE`), each row's first trial is also recorded
 //! and drawn ([`timeline`]): what happened to each client, when, and where it went wrong.
 
+mod algorithm;
 pub mod algorithms;
 pub mod client;
 pub mod report;

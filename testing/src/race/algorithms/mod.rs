@@ -1,18 +1,13 @@
 //! The algorithms `tairlock race` pits against each other, one small file each.
 //!
-//! An algorithm is written against [`Client`], which gives it the store (every command it sends
-//! goes through the race's audited, latency-adding wrapper), its own clock, and
-//! [`Client::pause`], the points between two of its commands where the scenario may stall or
-//! crash it. The engine does the rest: the critical section, the fenced resource, waiting and
-//! the counts.
-
-use std::future::Future;
-use std::pin::Pin;
-use std::time::Duration;
+//! An algorithm is written against [`Client`](super::client::Client), which gives it the store
+//! (every command it sends goes through the race's audited, latency-adding wrapper), its own
+//! clock, and [`Client::pause`](super::client::Client::pause), the points between two of its
+//! commands where the scenario may stall or crash it. The engine does the rest: the critical
+//! section, the fenced resource, waiting and the counts. The trait and its types are defined
+//! in `race/algorithm.rs` and re-exported here.
 
 use tairlock::Store;
-
-use super::client::{Client, Step};
 
 pub mod expire_lock;
 pub mod fair_expire_lock;
@@ -36,102 +31,8 @@ pub use self::rw_scripted::RwScripted;
 pub use self::rw_two_step::RwTwoStep;
 pub use self::semaphore::SemaphoreAlgorithm;
 
-/// A boxed future, for object-safe algorithm methods.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A lock held by one client, as the algorithm knows it.
-#[derive(Debug, Clone)]
-pub struct Holding {
-    /// The value this client wrote into the lock key (its lease, token or timestamp): a
-    /// deletion of any other value by this client is a foreign deletion.
-    pub value: Vec<u8>,
-    /// The fencing token, for algorithms that issue one.
-    pub fence: Option<u64>,
-    /// The local instant until which the client believes it holds the lock.
-    pub deadline: tokio::time::Instant,
-}
-
-/// The result of one acquisition attempt.
-#[derive(Debug)]
-pub enum Attempt {
-    /// Acquired.
-    Acquired(Holding),
-    /// Somebody else holds it; `retry_after` is the holder's remaining time, when known.
-    Busy {
-        /// How long until the holder's lease ends, when the algorithm can tell.
-        retry_after: Option<Duration>,
-    },
-}
-
-/// What the race expects of an algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expectation {
-    /// Scripted or transactional: zero foreign deletions, accepted stale writes and stuck locks
-    /// in every scenario, zero overlaps in every scenario but long stalls (where a holder paused
-    /// past its lease overlaps the next with any lease lock). The race fails if it breaks these.
-    Safe,
-    /// A verbatim recipe kept for comparison: the race is expected to show its flaws.
-    Flawed,
-    /// Correct mutual exclusion without a fencing token (Redlock): zero foreign deletions and
-    /// stuck locks in every scenario and zero overlaps but under long stalls, as [`Safe`](Self::Safe),
-    /// but stale writes are allowed: the resource cannot reject a paused holder's late write
-    /// without a token, so long stalls show them (counted, not failed).
-    Unfenced,
-}
-
-/// One algorithm in the race. See the [module docs](self).
-pub trait Algorithm<S: Store>: Send + Sync + 'static {
-    /// The row name, e.g. `expire-lock`.
-    fn name(&self) -> &'static str;
-    /// Safe or flawed.
-    fn expectation(&self) -> Expectation;
-    /// Whether its holdings carry fencing tokens the resource can check.
-    fn fenced(&self) -> bool;
-    /// One attempt to take `lock` for `ttl`.
-    fn try_acquire<'a>(
-        &'a self,
-        cx: &'a Client<S>,
-        lock: &'a str,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Step<Attempt>>;
-    /// Release a holding.
-    fn release<'a>(
-        &'a self,
-        cx: &'a Client<S>,
-        lock: &'a str,
-        holding: Holding,
-    ) -> BoxFuture<'a, Step<()>>;
-    /// Keys to inspect for stuck locks at the end of a trial (the lock key by default).
-    fn keys(&self, lock: &str) -> Vec<String> {
-        vec![lock.to_owned()]
-    }
-    /// Whether a holding is shared (a reader's): shared holdings may overlap each other, and
-    /// an overlap is counted only when an exclusive holding is involved; they write nothing to
-    /// the protected resource. Exclusive by default.
-    fn is_shared(&self, _holding: &Holding) -> bool {
-        false
-    }
-    /// How many exclusive holders may be inside at once: 1 for a lock, N for a semaphore of N
-    /// permits. An acquisition that finds this many inside already is an overlap. The holders
-    /// of a counting lock (more than 1) are meant to be inside together, so they write nothing
-    /// to the single fenced resource, and a release frees a place when it returns.
-    fn capacity(&self) -> usize {
-        1
-    }
-    /// How many of the trial's lock keys are stuck at its end: nobody can ever take the lock
-    /// again. By default, each of [`keys`](Self::keys) that has no expiry.
-    fn stuck<'a>(&'a self, store: &'a S, lock: &'a str) -> BoxFuture<'a, tairlock::Result<u64>> {
-        Box::pin(async move {
-            let mut stuck = 0;
-            for key in self.keys(lock) {
-                if store.pttl(&key).await? == tairlock::Ttl::Persistent {
-                    stuck += 1;
-                }
-            }
-            Ok(stuck)
-        })
-    }
-}
+// Defined a level below, so that the algorithms' files and this list import them one way.
+pub use super::algorithm::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
 
 /// Every algorithm that needs no `WATCH` (all but `legacy-watch`), in table order: the list for
 /// stores without [`WatchStore`](tairlock_legacy::WatchStore) (every store of this workspace has

@@ -43,7 +43,7 @@ impl<S: Store> Semaphore<S> {
     /// watchdog until it is released or dropped.
     ///
     /// Waits by notification (a release announces itself) or polling, per
-    /// [`SemaphoreOptions::wait`], never longer than the earliest holder's lease, in this
+    /// [`SemaphoreOptions::wait`](super::SemaphoreOptions::wait), never longer than the earliest holder's lease, in this
     /// client's local FIFO; rides through transient errors with the same nonce.
     ///
     /// # Errors

@@ -131,6 +131,12 @@ async fn core_locks_work<S: Store>(server: &RedisServer, holder: S, waiter: S) {
 
 /// Read, write, downgrade and a writer waiting for a reader, as the store's user.
 async fn rwlocks_work<S: Store>(holder: S, waiter: S) {
+    let sharing = RwLock::with_options(
+        holder.clone(),
+        tairlock_rwlock::Options::default()
+            .share_reads(true)
+            .linger(Duration::from_secs(60)),
+    );
     let rw = RwLock::new(holder);
     let r = rw.read("doc").await.expect("read");
     assert_eq!(r.release().await.expect("read release"), Release::Released);
@@ -161,6 +167,16 @@ async fn rwlocks_work<S: Store>(holder: S, waiter: S) {
         .await
         .expect("the writer must get the lock soon after the reader left")
         .unwrap()
+        .expect("waiting must not fail");
+    assert_eq!(w.release().await.unwrap(), Release::Released);
+
+    // A shared read hold lingering on one client is given back as soon as another client's
+    // writer announces its intent (on the lock's intent channel), long before its linger.
+    let r = sharing.read("shared").await.expect("shared read");
+    assert_eq!(r.release().await.expect("read release"), Release::Released);
+    let w = tokio::time::timeout(Duration::from_secs(10), other.write("shared"))
+        .await
+        .expect("the writer must not wait for the 60 s linger")
         .expect("waiting must not fail");
     assert_eq!(w.release().await.unwrap(), Release::Released);
 }

@@ -1,10 +1,12 @@
 //! `Options::max_hold`, the bound on automatic renewal (issue #16, part 3), on a real server:
 //! the watchdog renews a guard's lease until `max_hold` after the acquisition and never past it,
 //! then stops; the guard reports the loss when the lease runs out, and the lock is free for
-//! others right after.
+//! others right after. The reader/writer lock's read and write holds (shared read holds too)
+//! are bounded the same way by `tairlock_rwlock::Options::max_hold`.
 
 mod support;
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
@@ -89,4 +91,87 @@ async fn with_lock_stops_the_critical_section_at_max_hold() {
     .expect("the critical section was not stopped");
     assert_eq!(outcome.unwrap_err().kind(), ErrorKind::LeaseLost);
     assert!(started.elapsed() >= MAX_HOLD - Duration::from_millis(100));
+}
+
+fn bounded_rw(store: RedisStore, share_reads: bool) -> tairlock_rwlock::RwLock<RedisStore> {
+    tairlock_rwlock::RwLock::with_options(
+        store,
+        tairlock_rwlock::Options::default()
+            .watchdog_lease(LEASE)
+            .max_hold(MAX_HOLD)
+            .share_reads(share_reads),
+    )
+}
+
+/// Waits until nobody holds `name` on the server, or fails after a generous bound.
+async fn until_free(rw: &tairlock_rwlock::RwLock<RedisStore>, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rw.is_locked(name).await.unwrap() {
+        assert!(Instant::now() < deadline, "{name} outlived max_hold");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A reader/writer hold `lost` after `started`: renewed past its first lease, lost once
+/// `max_hold` has passed and not before.
+async fn lost_at_the_bound(started: Instant, is_lost: impl Fn() -> bool, lost: impl Future) {
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(!is_lost(), "lost before max_hold");
+    tokio::time::timeout(MAX_HOLD + LEASE + Duration::from_secs(5), lost)
+        .await
+        .expect("the guard never reported the loss after max_hold");
+    let held = started.elapsed();
+    assert!(
+        held >= MAX_HOLD - Duration::from_millis(100),
+        "lost after {held:?}, before max_hold {MAX_HOLD:?}"
+    );
+    assert!(is_lost());
+}
+
+/// An RwLock write hold: renewed until `max_hold`, then lost, and the lock is free after it.
+#[tokio::test]
+async fn a_write_hold_stops_renewing_at_max_hold() {
+    let server = RedisServer::start();
+    let rw = bounded_rw(server.store().await, false);
+    let started = Instant::now();
+    let guard = rw.write("w").await.unwrap();
+    lost_at_the_bound(started, || guard.is_lost(), guard.lost()).await;
+    let other = tairlock_rwlock::RwLock::new(server.store().await);
+    until_free(&other, "w").await;
+    assert!(other.try_write("w").await.unwrap().is_some());
+}
+
+/// An RwLock read hold, unshared and shared: renewed until `max_hold`, then lost, and a writer
+/// gets in after it.
+#[tokio::test]
+async fn a_read_hold_stops_renewing_at_max_hold() {
+    let server = RedisServer::start();
+    for (name, share) in [("r", false), ("shared", true)] {
+        let rw = bounded_rw(server.store().await, share);
+        let started = Instant::now();
+        let guard = rw.read(name).await.unwrap();
+        lost_at_the_bound(started, || guard.is_lost(), guard.lost()).await;
+        let other = tairlock_rwlock::RwLock::new(server.store().await);
+        until_free(&other, name).await;
+        assert!(other.try_write(name).await.unwrap().is_some(), "{name}");
+    }
+}
+
+/// Without the bound, RwLock read and write holds are still held after the time `max_hold`
+/// allows.
+#[tokio::test]
+async fn without_max_hold_rwlock_holds_keep_renewing() {
+    let server = RedisServer::start();
+    let rw = tairlock_rwlock::RwLock::with_options(
+        server.store().await,
+        tairlock_rwlock::Options::default().watchdog_lease(LEASE),
+    );
+    assert_eq!(rw.options().max_hold, None);
+    let write = rw.write("w").await.unwrap();
+    let read = rw.read("r").await.unwrap();
+    tokio::time::sleep(MAX_HOLD + LEASE * 2).await;
+    assert!(!write.is_lost());
+    assert!(!read.is_lost());
+    write.release().await.unwrap();
+    read.release().await.unwrap();
 }

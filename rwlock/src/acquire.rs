@@ -34,7 +34,10 @@ enum Mode {
 struct Step<S: Store> {
     rw: RwLock<S>,
     name: Arc<str>,
+    /// The release channel, which waiters listen on.
     channel: Arc<str>,
+    /// The intent channel, which shared read holds listen on.
+    intent_channel: Arc<str>,
     mode: Mode,
     ttl: Duration,
     /// A waiting writer's intent lease, under writer preference.
@@ -48,7 +51,7 @@ type Got<S> = (Arc<Hold<S>>, Option<Arc<Shared<S>>>);
 
 impl<S: Store> Step<S> {
     /// A shared read: join the client's shared hold (no round trip), else take a server read
-    /// hold with a listener on the lock's channel armed first, and share it. Without release
+    /// hold with a listener on the lock's intent channel armed first, and share it. Without release
     /// notifications the hold is not shared (a writer's intent would go unheard).
     async fn shared_read(&self, nonce: &str) -> Result<Attempt<Got<S>>> {
         let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
@@ -58,7 +61,7 @@ impl<S: Store> Step<S> {
         let store = rw.store();
         let mut armed = None;
         if let Some(notifier) = tairlock::notify::notifier_by(store.notifier(), None).await {
-            let watch = notifier.register(&self.channel);
+            let watch = notifier.register(&self.intent_channel);
             if watch.subscribed_by(None).await {
                 armed = Some(Armed::arm(store, watch).await);
             }
@@ -188,6 +191,7 @@ impl<S: Store> RwLock<S> {
             rw: self.clone(),
             name: name.into(),
             channel: keys.channel.into(),
+            intent_channel: keys.intent_channel.into(),
             mode,
             ttl,
             intent,

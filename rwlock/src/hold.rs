@@ -37,7 +37,8 @@ pub(crate) struct Hold<S: Store> {
 }
 
 impl<S: Store> Hold<S> {
-    /// A hold on `name` with `cred` until `deadline`, renewed by a watchdog every `ttl / 3`.
+    /// A hold on `name` with `cred` until `deadline`, renewed by a watchdog every `ttl / 3`, up
+    /// to `max_hold` from now if set (`Options::max_hold`).
     pub(crate) fn start(
         rw: Leases<S>,
         name: &str,
@@ -57,6 +58,9 @@ impl<S: Store> Hold<S> {
             downgrading: Mutex::new(None),
             live: Liveness::new(Some(deadline)).observed(observed),
         });
+        if let Some(max_hold) = hold.rw.options().max_hold {
+            hold.live.renew_until(Instant::now() + max_hold);
+        }
         let handle = tairlock::blocking::spawn_handle(hold.rw.store().runtime())
             .spawn(watchdog(hold.clone()))
             .abort_handle();
@@ -95,10 +99,10 @@ impl<S: Store> Hold<S> {
         self.live.lost().await;
     }
 
-    /// One renewal, with the renewal lock held: the pending one if its reply was lost (same
-    /// nonce, dated from its first send), else a new one.
-    async fn renew_once(&self) -> Result<Renewal> {
-        let attempt = self.live.renewal_attempt(self.ttl);
+    /// One renewal asking for `ttl`, with the renewal lock held: the pending one if its reply
+    /// was lost (same nonce, length and first send), else a new one.
+    async fn renew_once(&self, ttl: Duration) -> Result<Renewal> {
+        let attempt = self.live.renewal_attempt(ttl);
         let outcome = match self.credential() {
             // A reader's renewal is keyed by its own nonce: a repeat simply renews again.
             Credential::Read(nonce) => self
@@ -136,8 +140,8 @@ impl<S: Store> Hold<S> {
     /// nonce) to learn the lease in effect, so that what is presented next matches. Call with
     /// the renewal lock held.
     async fn settle_pending(&self) {
-        if self.live.pending_renewal().is_some() {
-            let _ = self.renew_once().await;
+        if let Some(pending) = self.live.pending_renewal() {
+            let _ = self.renew_once(pending.ttl).await;
         }
     }
 
@@ -206,13 +210,18 @@ impl<S: Store> Hold<S> {
                 format!("cannot downgrade {}: this hold is a read lock", self.name),
             ));
         };
+        // Never past `Options::max_hold`: the read lease ends with the bound too.
+        let ttl = self
+            .live
+            .capped_ttl(self.ttl)
+            .unwrap_or(Duration::from_millis(1));
         let nonce = tairlock::new_nonce();
         // Until the answer settles it, the server may hold the write lease or the new reader;
         // if this future is dropped or gets no answer, the release gives back both.
         *self.downgrading.lock() = Some(nonce.clone());
         let outcome = self
             .rw
-            .downgrade_lease(&self.name, &lease, &nonce, self.ttl)
+            .downgrade_lease(&self.name, &lease, &nonce, ttl)
             .await;
         if !matches!(&outcome, Err(e) if e.is_unanswered()) {
             *self.downgrading.lock() = None;
@@ -238,8 +247,12 @@ async fn watchdog<S: Store>(hold: Arc<Hold<S>>) {
     let hold = &hold;
     hold.live
         .watchdog(hold.ttl / 3, || async move {
+            // Past `Options::max_hold`, renew no more; before it, never past it.
+            let Some(ttl) = hold.live.capped_ttl(hold.ttl) else {
+                return Renewal::Stop;
+            };
             // No answer: repeated with the same nonce until one comes or the deadline passes.
-            hold.renew_once().await.unwrap_or(Renewal::Retry)
+            hold.renew_once(ttl).await.unwrap_or(Renewal::Retry)
         })
         .await;
 }

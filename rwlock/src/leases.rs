@@ -66,6 +66,7 @@ impl<S: Store> Leases<S> {
             intent: k.key(name, ":wi")?,
             fence: k.key(name, ":fence")?,
             channel: k.key(name, ":released")?,
+            intent_channel: k.key(name, ":intent")?,
         })
     }
 
@@ -151,7 +152,7 @@ impl<S: Store> Leases<S> {
                     lease_ms.to_string(),
                     intent_ms.to_string(),
                     self.retention_ms(),
-                    keys.channel,
+                    keys.intent_channel,
                     self.publish_command(),
                 ],
             )

@@ -49,7 +49,8 @@
 //! | `<prefix>{name}:r` | sorted set | member: a reader's 128-bit nonce; score: its lease expiry, ms, **server** time | `PEXPIRE` to the longest reader lease | `read_acquire`, `read_renew`, `downgrade`; members removed by `read_release` and reaped by score in every script |
 //! | `<prefix>{name}:wi` | string | the waiting writer's nonce (writer intent) | the intent lease (`PX`, default 1 s), re-asserted while it waits | `write_acquire` when refused; deleted when that writer acquires or gives up |
 //! | `<prefix>{name}:fence` | string | last fencing token issued | write lease + retention (60 s) | `write_acquire`, renew |
-//! | `<prefix>{name}:released` | pub/sub channel | `released`; `intent` | — | write release, last reader's release, downgrade, abandon; `write_acquire` raising an intent against live readers |
+//! | `<prefix>{name}:released` | pub/sub channel | `released` | — | write release, last reader's release, downgrade, abandon (waiters listen here) |
+//! | `<prefix>{name}:intent` | pub/sub channel | `intent` | — | `write_acquire` raising an intent against live readers (shared read holds listen here; waiters do not, so it wakes none) |
 //!
 //! # Key layout of [`TwoStepRwLock`]
 //!

@@ -47,6 +47,13 @@ pub struct Options {
     /// the next local reader before it is given back (default 5 ms; zero: given back at once).
     /// A writer's intent ends it at once; one that was not heard waits at most this long.
     pub linger: Duration,
+    /// The bound on automatic renewal (default none), as the core's
+    /// [`Options::max_hold`](tairlock::Options#structfield.max_hold): the watchdog never renews
+    /// a read or write hold past this long after the server granted it (a renewal near the end
+    /// asks only for the time left), so its lease runs out about `max_hold` after the
+    /// acquisition and the guard is lost then. A shared read hold is bounded from its first
+    /// reader's acquisition: readers that join it later share its end.
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for Options {
@@ -60,6 +67,7 @@ impl Default for Options {
             wait: tairlock::WaitStrategy::default(),
             share_reads: false,
             linger: Duration::from_millis(5),
+            max_hold: None,
         }
     }
 }
@@ -111,6 +119,12 @@ impl Options {
     /// How long an idle shared read hold lingers (see the `linger` field).
     pub fn linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Bound automatic renewal (see the `max_hold` field).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! A [`Shared`] is one server read hold (a [`Hold`]: one nonce in the readers set, one watchdog)
 //! with a [`ShareState`] count of the local readers on it, and a listener task on the lock's
-//! channel. The listener is armed *before* the hold's `read_acquire` is sent: any message
-//! published after the server admitted us is heard. A waiting writer's `write_acquire`
+//! intent channel (`<prefix>{name}:intent`, apart from the release channel so that an intent
+//! wakes no waiter). The listener is armed *before* the hold's `read_acquire` is sent: any
+//! message published after the server admitted us is heard. A waiting writer's `write_acquire`
 //! publishes on that channel when it first raises its intent against readers; any message
 //! (or the pub/sub connection dropping) revokes the hold: no more joins, released at once when
 //! idle, else when its last local reader leaves. New local readers then go to the server, where
@@ -33,7 +34,7 @@ pub(crate) struct Shared<S: Store> {
     state: Mutex<ShareState>,
 }
 
-/// A listener armed on the lock's channel, waiting to learn which hold it guards.
+/// A listener armed on the lock's intent channel, waiting to learn which hold it guards.
 pub(crate) struct Armed<S: Store> {
     go: oneshot::Sender<Arc<Shared<S>>>,
 }

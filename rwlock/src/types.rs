@@ -21,6 +21,10 @@ pub struct RwKeys {
     pub fence: String,
     /// The pub/sub channel releases are announced on: `<prefix>{name}:released`.
     pub channel: String,
+    /// The pub/sub channel a waiting writer announces its intent on, when it raises it against
+    /// live readers: `<prefix>{name}:intent`. Only shared read holds listen there; waiting
+    /// readers and writers listen for releases only, so an intent does not wake them.
+    pub intent_channel: String,
 }
 
 /// What kept an acquisition out.

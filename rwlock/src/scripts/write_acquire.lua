@@ -9,9 +9,10 @@
 --   ARGV[3]  intent lease in ms: when refused, mark this writer as waiting for that long
 --            (new readers then stay out: writer preference); 0 announces nothing
 --   ARGV[4]  how long the fence state outlives the lease, in ms
---   ARGV[5]  optional: the lock's channel <prefix>{name}:released; when given, a newly raised
---            intent against live readers is announced there ('intent'), so that clients
---            sharing an idle read hold give it back at once
+--   ARGV[5]  optional: the lock's intent channel <prefix>{name}:intent; when given, a newly
+--            raised intent against live readers is announced there ('intent'), so that clients
+--            sharing an idle read hold give it back at once (waiters listen on the release
+--            channel, not here: an intent does not wake them)
 --   ARGV[6]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns
 --   {1, lease}                      taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by
@@ -97,9 +98,8 @@ end
 local intent_ms = tonumber(ARGV[3])
 if intent_ms > 0 and (not intent or intent == ARGV[1]) then
   redis.call('SET', KEYS[3], ARGV[1], 'PX', intent_ms)
-  -- Announced once, when raised (a re-assertion stays quiet: this writer listens on the same
-  -- channel, and its own message must not wake it again and again). As for releases, the
-  -- announcement never fails the step.
+  -- Announced once, when raised (a re-assertion stays quiet: shared read holds heard it
+  -- already). As for releases, the announcement never fails the step.
   if not intent and blocker == 'readers' and ARGV[5] then
     if ARGV[6] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[5], 'intent')) == 'table' then
       redis.pcall('PUBLISH', ARGV[5], 'intent')

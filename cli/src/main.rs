@@ -689,6 +689,7 @@ fn parse_lease(s: &str) -> Result<Duration, String> {
 }
 
 /// Split `prefix{name}` into (prefix, name); a bare name keeps the given prefix.
+#[cfg(unix)]
 fn split_key(key: &str, default_prefix: &str) -> (String, String) {
     if let (Some(open), true) = (key.find('{'), key.ends_with('}')) {
         return (

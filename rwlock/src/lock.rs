@@ -103,7 +103,9 @@ impl<S: Store> RwLock<S> {
     ///
     /// # Errors
     ///
-    /// As [`read_acquire`](Self::read_acquire).
+    /// As [`read_acquire`](Self::read_acquire); a nonce that is not hex (it becomes the
+    /// lease's nonce and the intent's value) is
+    /// [`ErrorKind::InvalidInput`](tairlock::ErrorKind::InvalidInput) too.
     pub async fn write_acquire(
         &self,
         name: &str,

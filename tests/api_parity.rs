@@ -7,18 +7,22 @@
 //!   legacy kinds (and the detected one); a key holding user data is an error.
 //! - A few blocking twins from a plain thread: `blocking_try_lock`, `blocking_with_lock`,
 //!   `blocking_lock_with_lease`, `blocking_renew`, the multi-lock's, `blocking_is_locked`.
+//! - The RwLock's single steps and the two-step recipe's, through their blocking twins.
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
+use tairlock::clock::SystemClock;
 use tairlock::store::WaitFor;
 use tairlock::{
     ErrorKind, ExpireLock, Options, Owner, RedisStore, Redlock, RedlockOptions, ReentrantLock,
-    ReplicatedLock, Unlock,
+    ReplicatedLock, Ttl, Unlock,
 };
 use tairlock_legacy::{GetSetLock, LegacyLock, ScriptedLock, TryAcquire, WatchLock};
+use tairlock_rwlock::{Blocker, ReadAttempt, RwLock, TwoStepRwLock, WriteAttempt};
 
 #[tokio::test]
 async fn reentrant_try_timed_and_fixed_lease_variants_and_owner_depth() {
@@ -251,4 +255,145 @@ fn a_cluster_store_connects_from_blocking_code() {
     let guard = locks.blocking_try_lock("blocking").unwrap().expect("free");
     assert!(locks.blocking_is_locked("blocking").unwrap());
     assert_eq!(guard.blocking_release().unwrap(), Unlock::Released);
+}
+
+/// The RwLock's single steps and the two-step recipe's, through their blocking twins from a
+/// plain thread: acquire, refuse, renew, inspect, downgrade and release, one step at a time.
+#[test]
+fn rwlock_single_steps_have_blocking_twins() {
+    let server = RedisServer::start();
+    let store = RedisStore::blocking_connect(&server.url()).unwrap();
+    let rw = RwLock::new(store.clone());
+    let lease = Duration::from_secs(10);
+    // A reader in; a repeat with its nonce is the same admission.
+    for _ in 0..2 {
+        match rw.blocking_read_acquire("doc", "a1", lease).unwrap() {
+            ReadAttempt::Acquired { lease, readers } => {
+                assert_eq!(lease.nonce(), "a1");
+                assert_eq!(readers, 1);
+            }
+            other => panic!("a free lock refused a reader: {other:?}"),
+        }
+    }
+    let state = rw.blocking_state("doc").unwrap();
+    assert_eq!((state.readers, state.writer), (1, Ttl::Missing));
+    assert_eq!(rw.blocking_readers("doc").unwrap(), 1);
+    assert!(rw.blocking_is_locked("doc").unwrap());
+    // A writer is kept out by the reader and raises its intent.
+    let refused = rw
+        .blocking_write_acquire("doc", "b1", lease, Some(Duration::from_secs(10)))
+        .unwrap();
+    assert!(
+        matches!(
+            refused,
+            WriteAttempt::Blocked {
+                by: Blocker::Readers(1),
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let snapshot = rw.blocking_inspect("doc").unwrap();
+    assert_eq!(snapshot.readers.len(), 1);
+    assert_eq!(snapshot.readers[0].nonce, "a1");
+    assert_eq!(snapshot.intent.expect("the writer's intent").nonce, "b1");
+    assert!(snapshot.writer.is_none());
+    // The intent keeps a new reader out; the reader inside renews.
+    assert!(matches!(
+        rw.blocking_read_acquire("doc", "a2", lease).unwrap(),
+        ReadAttempt::Blocked {
+            by: Blocker::Intent,
+            ..
+        }
+    ));
+    let renewed = rw
+        .blocking_read_renew("doc", "a1", Duration::from_secs(20))
+        .unwrap()
+        .expect("a live reader renews");
+    assert_eq!(renewed.nonce(), "a1");
+    // The writer gives up (its intent goes), the reader leaves; a repeat finds it gone.
+    assert_eq!(rw.blocking_write_abandon("doc", "b1").unwrap(), 1);
+    assert!(rw.blocking_read_release("doc", "a1").unwrap());
+    assert!(!rw.blocking_read_release("doc", "a1").unwrap());
+    assert!(
+        rw.blocking_read_renew("doc", "a1", lease)
+            .unwrap()
+            .is_none()
+    );
+    assert!(!rw.blocking_is_locked("doc").unwrap());
+    // A writer in, with a fencing token; readers stay out; the renewal keeps the token.
+    let WriteAttempt::Acquired(write) =
+        rw.blocking_write_acquire("doc", "b2", lease, None).unwrap()
+    else {
+        panic!("a free lock refused a writer");
+    };
+    assert!(write.fence() > 0);
+    assert!(matches!(
+        rw.blocking_read_acquire("doc", "a3", lease).unwrap(),
+        ReadAttempt::Blocked {
+            by: Blocker::Writer,
+            ..
+        }
+    ));
+    let write = rw
+        .blocking_write_renew("doc", write.lease(), Duration::from_secs(20))
+        .unwrap()
+        .expect("a held write lease renews");
+    assert_eq!(
+        write.fence(),
+        rw.blocking_inspect("doc").unwrap().last_fence.unwrap()
+    );
+    // Downgraded atomically to a reader; the old write lease releases nothing any more.
+    let read = rw
+        .blocking_downgrade_lease("doc", write.lease(), "a4", lease)
+        .unwrap()
+        .expect("a held write lease downgrades");
+    assert_eq!(read.nonce(), "a4");
+    let state = rw.blocking_state("doc").unwrap();
+    assert_eq!((state.readers, state.writer), (1, Ttl::Missing));
+    assert_eq!(
+        rw.blocking_write_release("doc", write.lease()).unwrap(),
+        Unlock::NotHeld
+    );
+    assert!(rw.blocking_read_release("doc", "a4").unwrap());
+    // A write lease released by its holder.
+    let WriteAttempt::Acquired(write) =
+        rw.blocking_write_acquire("doc", "b3", lease, None).unwrap()
+    else {
+        panic!("a free lock refused a writer");
+    };
+    assert_eq!(
+        rw.blocking_write_release("doc", write.lease()).unwrap(),
+        Unlock::Released
+    );
+    assert!(!rw.blocking_is_locked("doc").unwrap());
+
+    // The two-step recipe, its steps by name.
+    let two = TwoStepRwLock::new(store, Arc::new(SystemClock));
+    let taken = two
+        .blocking_try_write("old", lease)
+        .unwrap()
+        .expect("no readers, no writer");
+    assert!(!two.blocking_try_read("old").unwrap());
+    assert!(!two.blocking_probe_writer("old").unwrap());
+    assert!(two.blocking_expire_lock("old", lease).unwrap().is_none());
+    assert!(two.blocking_write_unlock("old", &taken).unwrap());
+    assert!(two.blocking_try_read("old").unwrap());
+    assert_eq!(two.blocking_enter_read("old").unwrap(), 2);
+    assert_eq!(two.blocking_reader_count("old").unwrap(), 2);
+    assert_eq!(two.blocking_exit_read("old").unwrap(), 1);
+    assert_eq!(two.blocking_read_unlock("old").unwrap(), 0);
+    let taken = two
+        .blocking_expire_lock("old", lease)
+        .unwrap()
+        .expect("free again");
+    assert!(
+        !two.blocking_expire_unlock("old", taken.expiry_ms() - 1)
+            .unwrap()
+    );
+    assert!(
+        two.blocking_expire_unlock("old", taken.expiry_ms())
+            .unwrap()
+    );
+    assert_eq!(server.cli(&["EXISTS", "tairlock:{old}:w"]), "0");
 }

@@ -533,6 +533,35 @@ async fn inspect_shows_the_writer_the_live_readers_with_their_leases_and_the_int
     assert!(seen.intent.is_none() && seen.readers.is_empty());
 }
 
+/// A writer's nonce becomes the intent key's value and the lease's nonce, both hex by format:
+/// a nonce that is not hex is refused before anything is sent. (It used to take the lock with
+/// a lease its own client could not parse, or leave an intent that made every later acquire
+/// of the lock fail with `NOTLOCK`.)
+async fn a_writer_nonce_that_is_not_hex_is_refused_and_writes_nothing<S: TestStore>(env: Env<S>) {
+    let rw = locks(&env);
+    for bad in ["writer-1", "", "ab cd"] {
+        let err = rw
+            .write_acquire("doc", bad, LONG, Some(LONG))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{bad:?}: {err}");
+    }
+    assert_eq!(env.store.dbsize().await, 0, "{}", env.context());
+    // Against a live reader, where a refused writer raises its intent: nothing raised.
+    let reader = nonce();
+    admitted(rw.read_acquire("doc", &reader, LONG).await.unwrap());
+    let err = rw
+        .write_acquire("doc", "writer-1", LONG, Some(LONG))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(
+        admitted(rw.read_acquire("doc", &nonce(), LONG).await.unwrap()),
+        2
+    );
+    assert!(rw.inspect("doc").await.unwrap().intent.is_none());
+}
+
 backend_tests!(
     inspect_shows_the_writer_the_live_readers_with_their_leases_and_the_intent,
     readers_share_and_exclude_writers_and_writers_exclude_everyone,
@@ -552,6 +581,7 @@ backend_tests!(
     waiting_writer_is_woken_by_the_last_readers_release,
     waiting_reader_is_woken_by_the_write_release,
     users_data_under_any_key_of_the_lock_is_refused_and_untouched,
+    a_writer_nonce_that_is_not_hex_is_refused_and_writes_nothing,
 );
 
 /// Real time on both stores: the watchdog renews by tokio time, and the leases expire by the

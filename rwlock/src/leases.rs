@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tairlock::scripts::{EXPIRE_UNLOCK, RENEW};
-use tairlock::{Lease, Reply, Result, Script, Store, Ttl, Unlock};
+use tairlock::{Error, ErrorKind, Lease, Reply, Result, Script, Store, Ttl, Unlock};
 use tokio::time::Instant;
 
 use crate::decode::{array, blocker, int_at, lease_at, remaining, unexpected};
@@ -128,7 +128,8 @@ impl<S: Store> Leases<S> {
     ///
     /// # Errors
     ///
-    /// As [`read_acquire`](Self::read_acquire).
+    /// As [`read_acquire`](Self::read_acquire); a nonce that is not hex (it becomes the
+    /// lease's nonce and the intent's value) is [`ErrorKind::InvalidInput`] too.
     pub(crate) async fn write_acquire(
         &self,
         name: &str,
@@ -137,6 +138,7 @@ impl<S: Store> Leases<S> {
         intent: Option<Duration>,
     ) -> Result<WriteAttempt> {
         let keys = self.keys(name)?;
+        writer_nonce(nonce)?;
         let lease_ms = tairlock::ttl_ms(lease)?;
         let intent_ms = match intent {
             Some(d) => tairlock::ttl_ms(d)?,
@@ -502,4 +504,16 @@ impl<S: Store> Leases<S> {
             other => other,
         }
     }
+}
+
+/// A writer's nonce is the lease's nonce and the intent key's value, both hex by format (the
+/// scripts refuse anything else as foreign data): anything else is refused before it is sent.
+fn writer_nonce(nonce: &str) -> Result<()> {
+    if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("a writer's nonce must be hex digits, not {nonce:?}"),
+        ));
+    }
+    Ok(())
 }

@@ -103,7 +103,9 @@ impl<S: Store> RwLock<S> {
     ///
     /// # Errors
     ///
-    /// As [`read_acquire`](Self::read_acquire).
+    /// As [`read_acquire`](Self::read_acquire); a nonce that is not hex (it becomes the
+    /// lease's nonce and the intent's value) is
+    /// [`ErrorKind::InvalidInput`](tairlock::ErrorKind::InvalidInput) too.
     pub async fn write_acquire(
         &self,
         name: &str,
@@ -227,5 +229,226 @@ impl<S: Store> RwLock<S> {
     /// Invalid name; store errors.
     pub async fn inspect(&self, name: &str) -> Result<RwInspection> {
         self.leases.inspect(name).await
+    }
+
+    /// Blocking twin of [`read_acquire`](Self::read_acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_read_acquire(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+    ) -> Result<ReadAttempt> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_read_acquire",
+            self.read_acquire(name, nonce, lease),
+        )
+    }
+
+    /// Blocking twin of [`write_acquire`](Self::write_acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_acquire`](Self::write_acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_acquire(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+        intent: Option<Duration>,
+    ) -> Result<WriteAttempt> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write_acquire",
+            self.write_acquire(name, nonce, lease, intent),
+        )
+    }
+
+    /// Blocking twin of [`read_release`](Self::read_release).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_release`](Self::read_release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_read_release(&self, name: &str, nonce: &str) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_read_release",
+            self.read_release(name, nonce),
+        )
+    }
+
+    /// Blocking twin of [`write_release`](Self::write_release).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_release`](Self::write_release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_release(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write_release",
+            self.write_release(name, lease),
+        )
+    }
+
+    /// Blocking twin of [`read_renew`](Self::read_renew).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_renew`](Self::read_renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_read_renew(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+    ) -> Result<Option<ReadLease>> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_read_renew",
+            self.read_renew(name, nonce, lease),
+        )
+    }
+
+    /// Blocking twin of [`write_renew`](Self::write_renew).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_renew`](Self::write_renew).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_renew(
+        &self,
+        name: &str,
+        current: &Lease,
+        lease: Duration,
+    ) -> Result<Option<WriteLease>> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write_renew",
+            self.write_renew(name, current, lease),
+        )
+    }
+
+    /// Blocking twin of [`write_abandon`](Self::write_abandon).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_abandon`](Self::write_abandon).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_abandon(&self, name: &str, nonce: &str) -> Result<u64> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write_abandon",
+            self.write_abandon(name, nonce),
+        )
+    }
+
+    /// Blocking twin of [`downgrade_lease`](Self::downgrade_lease).
+    ///
+    /// # Errors
+    ///
+    /// As [`downgrade_lease`](Self::downgrade_lease).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_downgrade_lease(
+        &self,
+        name: &str,
+        lease: &Lease,
+        nonce: &str,
+        read_lease: Duration,
+    ) -> Result<Option<ReadLease>> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_downgrade_lease",
+            self.downgrade_lease(name, lease, nonce, read_lease),
+        )
+    }
+
+    /// Blocking twin of [`state`](Self::state).
+    ///
+    /// # Errors
+    ///
+    /// As [`state`](Self::state).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_state(&self, name: &str) -> Result<RwState> {
+        tairlock::blocking::block_on(self.store().runtime(), "blocking_state", self.state(name))
+    }
+
+    /// Blocking twin of [`readers`](Self::readers).
+    ///
+    /// # Errors
+    ///
+    /// As [`readers`](Self::readers).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_readers(&self, name: &str) -> Result<usize> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_readers",
+            self.readers(name),
+        )
+    }
+
+    /// Blocking twin of [`inspect`](Self::inspect).
+    ///
+    /// # Errors
+    ///
+    /// As [`inspect`](Self::inspect).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_inspect(&self, name: &str) -> Result<RwInspection> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_inspect",
+            self.inspect(name),
+        )
     }
 }

@@ -296,4 +296,184 @@ impl<S: Store> TwoStepRwLock<S> {
     pub async fn write_unlock(&self, name: &str, write: &TwoStepWrite) -> Result<bool> {
         self.expire_unlock(name, write.expiry_ms).await
     }
+
+    /// Blocking twin of [`expire_lock`](Self::expire_lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`expire_lock`](Self::expire_lock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_expire_lock(&self, name: &str, ttl: Duration) -> Result<Option<TwoStepWrite>> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_expire_lock",
+            self.expire_lock(name, ttl),
+        )
+    }
+
+    /// Blocking twin of [`expire_unlock`](Self::expire_unlock).
+    ///
+    /// # Errors
+    ///
+    /// As [`expire_unlock`](Self::expire_unlock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_expire_unlock(&self, name: &str, at_ms: u64) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_expire_unlock",
+            self.expire_unlock(name, at_ms),
+        )
+    }
+
+    /// Blocking twin of [`probe_writer`](Self::probe_writer).
+    ///
+    /// # Errors
+    ///
+    /// As [`probe_writer`](Self::probe_writer).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_probe_writer(&self, name: &str) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_probe_writer",
+            self.probe_writer(name),
+        )
+    }
+
+    /// Blocking twin of [`enter_read`](Self::enter_read).
+    ///
+    /// # Errors
+    ///
+    /// As [`enter_read`](Self::enter_read).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_enter_read(&self, name: &str) -> Result<i64> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_enter_read",
+            self.enter_read(name),
+        )
+    }
+
+    /// Blocking twin of [`exit_read`](Self::exit_read).
+    ///
+    /// # Errors
+    ///
+    /// As [`exit_read`](Self::exit_read).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_exit_read(&self, name: &str) -> Result<i64> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_exit_read",
+            self.exit_read(name),
+        )
+    }
+
+    /// Blocking twin of [`reader_count`](Self::reader_count).
+    ///
+    /// # Errors
+    ///
+    /// As [`reader_count`](Self::reader_count).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_reader_count(&self, name: &str) -> Result<i64> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_reader_count",
+            self.reader_count(name),
+        )
+    }
+
+    /// Blocking twin of [`try_read`](Self::try_read).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_read`](Self::try_read).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_read(&self, name: &str) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_try_read",
+            self.try_read(name),
+        )
+    }
+
+    /// Blocking twin of [`read_unlock`](Self::read_unlock).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_unlock`](Self::read_unlock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_read_unlock(&self, name: &str) -> Result<i64> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_read_unlock",
+            self.read_unlock(name),
+        )
+    }
+
+    /// Blocking twin of [`try_write`](Self::try_write).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_write`](Self::try_write).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_try_write(&self, name: &str, ttl: Duration) -> Result<Option<TwoStepWrite>> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_try_write",
+            self.try_write(name, ttl),
+        )
+    }
+
+    /// Blocking twin of [`write_unlock`](Self::write_unlock).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_unlock`](Self::write_unlock).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_unlock(&self, name: &str, write: &TwoStepWrite) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store.runtime(),
+            "blocking_write_unlock",
+            self.write_unlock(name, write),
+        )
+    }
 }

@@ -17,99 +17,17 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use common::{Scratch, now_ns, read, run, wait_for, wait_for_text};
 use support::RedisServer;
 
 const KEY: &str = "job";
 const LOCK_KEY: &str = "tairlock:{job}";
-
-/// A private directory for one test's files, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "tairlock-run-{}-{name}-{}",
-            std::process::id(),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `tairlock run KEY --redis URL ARGS… -- sh -c SCRIPT`, stdout discarded and stderr kept in
-/// `stderr` (a file: a command's orphaned children must not hold a pipe open).
-fn tairlock_run(server: &RedisServer, args: &[&str], script: &str, stderr: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tairlock"));
-    cmd.args(["run", KEY, "--redis", &server.url()])
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(stderr).unwrap());
-    cmd
-}
-
-/// Wait for `child` at most `limit`; kill it and fail if it takes longer.
-fn wait_for(child: &mut Child, limit: Duration, what: &str, stderr: &Path) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{what}: tairlock did not exit within {limit:?}\nstderr:\n{}",
-                read(stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Poll until `path` contains `needle`.
-fn wait_for_text(path: &Path, needle: &str, limit: Duration) {
-    let start = Instant::now();
-    while !read(path).contains(needle) {
-        assert!(
-            start.elapsed() < limit,
-            "{} never got {needle:?}: {:?}",
-            path.display(),
-            read(path)
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
 
 #[test]
 fn two_runs_on_one_key_never_overlap_and_fences_increase() {
@@ -197,7 +115,7 @@ fn fair_runs_take_their_turns_in_arrival_order() {
     let mut children = Vec::new();
     for who in ["a", "b", "c", "d"] {
         let stderr = scratch.file(&format!("{who}.stderr"));
-        let child = tairlock_run(&server, &["--fair"], &script, &stderr)
+        let child = run(&server, KEY, &["--fair"], &script, &stderr)
             .env("WHO", who)
             .spawn()
             .unwrap();
@@ -228,9 +146,7 @@ fn tairlock_exits_with_the_commands_status() {
         ("exit 200", 200),
         ("kill -9 $$", 137),
     ] {
-        let status = tairlock_run(&server, &[], script, &stderr)
-            .status()
-            .unwrap();
+        let status = run(&server, KEY, &[], script, &stderr).status().unwrap();
         assert_eq!(status.code(), Some(code), "{script}: {}", read(&stderr));
     }
     assert_eq!(server.cli(&["EXISTS", LOCK_KEY]), "0");
@@ -246,8 +162,9 @@ fn a_lock_not_had_within_wait_exits_75_without_running_the_command() {
     // Another `tairlock run` holds the key.
     let holder_stderr = scratch.file("holder.stderr");
     let started = scratch.file("started");
-    let mut holder = tairlock_run(
+    let mut holder = run(
         &server,
+        KEY,
         &[],
         &format!("touch {}; sleep 2", started.display()),
         &holder_stderr,
@@ -261,7 +178,7 @@ fn a_lock_not_had_within_wait_exits_75_without_running_the_command() {
     }
 
     let start = Instant::now();
-    let status = tairlock_run(&server, &["--wait", "100ms"], &touch, &stderr)
+    let status = run(&server, KEY, &["--wait", "100ms"], &touch, &stderr)
         .status()
         .unwrap();
     let took = start.elapsed();
@@ -274,7 +191,7 @@ fn a_lock_not_had_within_wait_exits_75_without_running_the_command() {
     println!("--wait 100ms on a held lock: exit 75 after {took:?}");
 
     // A longer --wait gets it when the holder finishes.
-    let status = tairlock_run(&server, &["--wait", "10s"], &touch, &stderr)
+    let status = run(&server, KEY, &["--wait", "10s"], &touch, &stderr)
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(0), "{}", read(&stderr));
@@ -335,8 +252,9 @@ fn a_server_paused_past_the_lease_stops_the_command_and_exits_76() {
     let stderr = scratch.file("stderr");
     let (script, started, term) = trapping_script(&scratch);
     let ttl = Duration::from_millis(300);
-    let mut child = tairlock_run(
+    let mut child = run(
         &server,
+        KEY,
         &["--ttl", "300ms", "--grace", "50ms"],
         &script,
         &stderr,
@@ -383,8 +301,9 @@ fn a_deleted_key_stops_the_command_and_exits_76() {
     let stderr = scratch.file("stderr");
     let (script, started, term) = trapping_script(&scratch);
     // A short grace: a renewal delayed by a loaded machine must not stop the command early.
-    let mut child = tairlock_run(
+    let mut child = run(
         &server,
+        KEY,
         &["--ttl", "600ms", "--grace", "100ms"],
         &script,
         &stderr,
@@ -428,8 +347,9 @@ fn a_command_ignoring_sigterm_is_killed_with_its_group_after_the_grace_period() 
         s = started.display(),
         late = late.display()
     );
-    let mut child = tairlock_run(
+    let mut child = run(
         &server,
+        KEY,
         &["--ttl", "900ms", "--grace", "300ms"],
         &script,
         &stderr,
@@ -480,9 +400,7 @@ fn signals_sent_to_tairlock_are_passed_to_the_command() {
             got = got.display(),
             started = started.display()
         );
-        let mut child = tairlock_run(&server, &[], &script, &stderr)
-            .spawn()
-            .unwrap();
+        let mut child = run(&server, KEY, &[], &script, &stderr).spawn().unwrap();
         wait_for_text(&started, "up", Duration::from_secs(5));
         kill(Pid::from_raw(child.id() as i32), signal).unwrap();
         let status = wait_for(&mut child, Duration::from_secs(5), name, &stderr);
@@ -509,9 +427,15 @@ fn a_background_grandchild_never_outlives_a_lost_lease() {
         started = started.display(),
         late = late.display()
     );
-    let mut child = tairlock_run(&server, &["--ttl", "3s", "--grace", "1s"], &script, &stderr)
-        .spawn()
-        .unwrap();
+    let mut child = run(
+        &server,
+        KEY,
+        &["--ttl", "3s", "--grace", "1s"],
+        &script,
+        &stderr,
+    )
+    .spawn()
+    .unwrap();
     wait_for_text(&started, "up", Duration::from_secs(5));
     let start = Instant::now();
     std::thread::sleep(Duration::from_millis(500));
@@ -537,7 +461,7 @@ fn a_key_deleted_during_a_short_command_exits_76() {
     let scratch = Scratch::new("short");
     let (stderr, started) = (scratch.file("stderr"), scratch.file("started"));
     let script = format!("echo up > {}; sleep 1", started.display());
-    let mut child = tairlock_run(&server, &["--ttl", "30s"], &script, &stderr)
+    let mut child = run(&server, KEY, &["--ttl", "30s"], &script, &stderr)
         .spawn()
         .unwrap();
     wait_for_text(&started, "up", Duration::from_secs(5));
@@ -562,9 +486,15 @@ fn a_grace_that_does_not_fit_inside_the_ttl_is_refused_before_locking() {
     let (stderr, ran) = (scratch.file("stderr"), scratch.file("ran"));
     let touch = format!("touch {}", ran.display());
     for (ttl, grace) in [("1s", "600ms"), ("3s", "3s"), ("30s", "20s")] {
-        let status = tairlock_run(&server, &["--ttl", ttl, "--grace", grace], &touch, &stderr)
-            .status()
-            .unwrap();
+        let status = run(
+            &server,
+            KEY,
+            &["--ttl", ttl, "--grace", grace],
+            &touch,
+            &stderr,
+        )
+        .status()
+        .unwrap();
         let message = read(&stderr);
         assert_eq!(
             status.code(),
@@ -588,9 +518,7 @@ fn a_grace_that_does_not_fit_inside_the_ttl_is_refused_before_locking() {
         &["--ttl", "1s", "--grace", "500ms"][..],
         &["--ttl", "1s"][..],
     ] {
-        let status = tairlock_run(&server, args, &touch, &stderr)
-            .status()
-            .unwrap();
+        let status = run(&server, KEY, args, &touch, &stderr).status().unwrap();
         assert_eq!(status.code(), Some(0), "{args:?}: {}", read(&stderr));
     }
     assert!(ran.exists());
@@ -607,8 +535,9 @@ fn failing_renewals_stop_the_command_before_the_lease_runs_out() {
     let stderr = scratch.file("stderr");
     let (script, started, term) = trapping_script(&scratch);
     let grace = Duration::from_millis(1500);
-    let mut child = tairlock_run(
+    let mut child = run(
         &server,
+        KEY,
         &["--ttl", "3s", "--grace", "1500ms"],
         &script,
         &stderr,
@@ -674,9 +603,7 @@ fn kill_9_of_tairlock_kills_the_command_within_a_second() {
         "echo $$ > {p}.tmp; sleep 30 & echo $! >> {p}.tmp; mv {p}.tmp {p}; wait",
         p = pids.display()
     );
-    let mut child = tairlock_run(&server, &[], &script, &stderr)
-        .spawn()
-        .unwrap();
+    let mut child = run(&server, KEY, &[], &script, &stderr).spawn().unwrap();
     wait_for_text(&pids, "\n", Duration::from_secs(5));
     let pids: Vec<i32> = read(&pids)
         .lines()

@@ -13,87 +13,14 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
+use common::{Scratch, now_ns, read, run, until, wait_for};
 use support::RedisServer;
-
-/// A private directory for one test's files, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "tairlock-run-kinds-{}-{name}-{}",
-            std::process::id(),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `tairlock run KEY --redis URL ARGS… -- sh -c SCRIPT`, stderr kept in a file.
-fn run(server: &RedisServer, key: &str, args: &[&str], script: &str, stderr: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tairlock"));
-    cmd.args(["run", key, "--redis", &server.url()])
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(stderr).unwrap());
-    cmd
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Wait for `child` at most `limit`; kill it and fail if it takes longer.
-fn wait_for(child: &mut Child, limit: Duration, what: &str, stderr: &Path) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish within {limit:?}: {}", read(stderr));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Poll until `ready()`, failing after `limit`.
-fn until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ready() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn now_ns() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
 
 /// A critical section's `[start, end]`, wall clock in ns, as a command recorded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

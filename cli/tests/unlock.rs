@@ -12,10 +12,13 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{Scratch, read, run, until, wait_for};
 use serde_json::Value;
 use support::RedisServer;
 
@@ -55,13 +58,10 @@ fn later_secs(secs: u64) -> String {
 #[test]
 fn an_expire_lock_is_deleted_and_user_data_refused_with_json() {
     let server = RedisServer::start();
-    let dir = scratch("expire");
-    let (up, stderr) = (dir.join("up"), dir.join("stderr"));
-    let mut holder = Command::new(env!("CARGO_BIN_EXE_tairlock"))
-        .args(["run", "job", "--redis", &server.url(), "--ttl", "3s", "--"])
-        .args(["sh", "-c", &format!("touch {}; sleep 20", up.display())])
-        .stdin(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
+    let dir = Scratch::new("expire");
+    let (up, stderr) = (dir.file("up"), dir.file("stderr"));
+    let script = format!("touch {}; sleep 20", up.display());
+    let mut holder = run(&server, "job", &["--ttl", "3s"], &script, &stderr)
         .spawn()
         .unwrap();
     until(Duration::from_secs(10), "the holder", || up.exists());
@@ -86,86 +86,45 @@ fn an_expire_lock_is_deleted_and_user_data_refused_with_json() {
         "{json}"
     );
     assert_eq!(server.cli(&["GET", "tairlock:{data}"]), "user data");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-fn until(limit: Duration, what: &str, mut ready: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ready() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "tairlock-unlock-{}-{name}-{}",
-        std::process::id(),
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn run(server: &RedisServer, args: &[&str], script: &str, stderr: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tairlock"))
-        .args(["run", "catalog", "--redis", &server.url()])
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(stderr).unwrap())
-        .spawn()
-        .unwrap()
-}
-
+/// Wait for a `tairlock run` at most `limit`: its exit code.
 fn wait(child: &mut Child, limit: Duration, stderr: &Path) -> i32 {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code().unwrap_or(-1);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("a run took over {limit:?}: {}", read(stderr));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for(child, limit, "a run", stderr).code().unwrap_or(-1)
 }
 
 #[test]
 fn a_reader_writer_lock_is_unlocked_readers_intent_and_writer() {
     let server = RedisServer::start();
-    let dir = scratch("rw");
+    let dir = Scratch::new("rw");
     // Two readers hold it; a writer waits (its intent is up).
     let mut readers = Vec::new();
     for i in 0..2 {
-        let up = dir.join(format!("r{i}.up"));
-        let stderr = dir.join(format!("r{i}.stderr"));
+        let up = dir.file(&format!("r{i}.up"));
+        let stderr = dir.file(&format!("r{i}.stderr"));
         let child = run(
             &server,
+            "catalog",
             &["--read", "--ttl", "3s"],
             &format!("touch {}; sleep 20", up.display()),
             &stderr,
-        );
+        )
+        .spawn()
+        .unwrap();
         until(Duration::from_secs(10), "a reader", || up.exists());
         readers.push((child, stderr));
     }
-    let writer_up = dir.join("w.up");
-    let writer_stderr = dir.join("w.stderr");
+    let writer_up = dir.file("w.up");
+    let writer_stderr = dir.file("w.stderr");
     let mut writer = run(
         &server,
+        "catalog",
         &["--write", "--ttl", "3s"],
         &format!("touch {}; sleep 20", writer_up.display()),
         &writer_stderr,
-    );
+    )
+    .spawn()
+    .unwrap();
     until(Duration::from_secs(10), "the writer's intent", || {
         server.cli(&["EXISTS", "tairlock:{catalog}:wi"]) == "1"
     });
@@ -205,7 +164,6 @@ fn a_reader_writer_lock_is_unlocked_readers_intent_and_writer() {
         76
     );
     assert_eq!(server.cli(&["EXISTS", "tairlock:{catalog}:w"]), "0");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

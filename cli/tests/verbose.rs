@@ -11,42 +11,17 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+mod common;
 
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Scratch, read, wait_for};
 use support::RedisServer;
 
 const KEY: &str = "job";
 const LOCK_KEY: &str = "tairlock:{job}";
-
-/// A private directory for one test's files, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "tairlock-verbose-{}-{name}-{}",
-            std::process::id(),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// `tairlock FLAGS… run KEY --redis URL --ttl 1500ms --grace 300ms -- sh -c SCRIPT` (renewed
 /// every 500 ms, with room for a loaded machine's late renewal), stderr into `stderr` (a file:
@@ -61,29 +36,6 @@ fn tairlock(server: &RedisServer, flags: &[&str], script: &str, stderr: &Path) -
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(stderr).unwrap());
     cmd
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// Wait for `child` at most `limit`; kill it and fail if it takes longer.
-fn wait_for(child: &mut Child, limit: Duration, stderr: &Path) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "tairlock did not exit within {limit:?}\nstderr:\n{}",
-                read(stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Poll until `path` has a line.
@@ -116,7 +68,7 @@ fn run_and_delete(flags: &[&str], name: &str) -> (ExitStatus, String, String) {
     let mut child = tairlock(&server, flags, &script, &stderr).spawn().unwrap();
     let fence = wait_for_line(&fence, Duration::from_secs(5));
     assert_eq!(server.cli(&["DEL", LOCK_KEY]), "1");
-    let status = wait_for(&mut child, Duration::from_secs(10), &stderr);
+    let status = wait_for(&mut child, Duration::from_secs(10), "tairlock run", &stderr);
     (status, read(&stderr), fence)
 }
 
@@ -130,7 +82,7 @@ fn run_v_tells_the_fence_renewals_and_release() {
     let mut child = tairlock(&server, &["-v"], &script, &stderr)
         .spawn()
         .unwrap();
-    let status = wait_for(&mut child, Duration::from_secs(10), &stderr);
+    let status = wait_for(&mut child, Duration::from_secs(10), "tairlock run", &stderr);
     let out = read(&stderr);
     println!("{out}");
     assert_eq!(status.code(), Some(0), "{out}");
@@ -192,7 +144,7 @@ fn q_leaves_only_the_error() {
     let scratch = Scratch::new("quiet");
     let stderr = scratch.file("stderr");
     let mut child = tairlock(&server, &["-q"], "true", &stderr).spawn().unwrap();
-    let status = wait_for(&mut child, Duration::from_secs(10), &stderr);
+    let status = wait_for(&mut child, Duration::from_secs(10), "tairlock run", &stderr);
     assert_eq!(status.code(), Some(0));
     assert_eq!(read(&stderr), "");
 }
@@ -211,7 +163,7 @@ fn without_flags_a_loss_is_a_warning_and_rust_log_is_read() {
         .env("RUST_LOG", "tairlock=debug")
         .spawn()
         .unwrap();
-    let status = wait_for(&mut child, Duration::from_secs(10), &stderr);
+    let status = wait_for(&mut child, Duration::from_secs(10), "tairlock run", &stderr);
     assert_eq!(status.code(), Some(0));
     assert!(read(&stderr).contains("acquired"), "{}", read(&stderr));
 }

@@ -51,12 +51,65 @@ pub trait Locker: Send + Sync {
     ) -> impl Future<Output = tairlock::Result<Option<Self::Hold>>> + Send;
 }
 
-/// The expire lock's hold.
+/// What a [`Hold`] needs of a library guard; each kind's guard states only how it answers.
+pub trait Guard: Send + Sync {
+    /// `TAIRLOCK_FENCE`, when this kind issues fencing tokens.
+    fn fence(&self) -> Option<u64>;
+    /// The local instant the lease ends unless a renewal moves it (`None`: no expiry known).
+    fn deadline(&self) -> Option<Instant>;
+    /// Whether the lease is known lost.
+    fn is_lost(&self) -> bool;
+    /// Resolves once the lease is lost. Cancel safe.
+    fn lost(&self) -> impl Future<Output = ()> + Send;
+    /// Stop renewing and give the lease back.
+    fn release(self) -> impl Future<Output = Released> + Send;
+}
+
+/// A guard held for the command, with the key it lives in: the one [`Hold`] of every kind.
 #[derive(Debug)]
-pub struct ExpireHold<S: Store> {
-    guard: LockGuard<S>,
+pub struct Held<G> {
+    guard: G,
     key: String,
 }
+
+impl<G: Guard> Hold for Held<G> {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn fence(&self) -> Option<u64> {
+        self.guard.fence()
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.guard.deadline()
+    }
+
+    fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    async fn lost(&self) {
+        self.guard.lost().await;
+    }
+
+    async fn release(self) -> Released {
+        self.guard.release().await
+    }
+}
+
+/// What releasing an expire lock or a semaphore's permits found.
+fn unlocked(outcome: tairlock::Result<Unlock>) -> Released {
+    match outcome {
+        Ok(Unlock::Released) => Released::Released,
+        Ok(Unlock::NotHeld) => Released::Gone("gone"),
+        Ok(Unlock::HeldByOther) => Released::Gone("held by someone else"),
+        Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
+    }
+}
+
+/// The expire lock's hold.
+pub type ExpireHold<S> = Held<LockGuard<S>>;
 
 impl<S: Store> Locker for ExpireLock<S> {
     type Hold = ExpireHold<S>;
@@ -72,38 +125,29 @@ impl<S: Store> Locker for ExpireLock<S> {
             Some(wait) if wait.is_zero() => self.try_lock(name).await?,
             Some(wait) => self.try_lock_for(name, wait).await?,
         };
-        Ok(guard.map(|guard| ExpireHold { guard, key }))
+        Ok(guard.map(|guard| Held { guard, key }))
     }
 }
 
-impl<S: Store> Hold for ExpireHold<S> {
-    fn key(&self) -> &str {
-        &self.key
-    }
-
+impl<S: Store> Guard for LockGuard<S> {
     fn fence(&self) -> Option<u64> {
-        Some(self.guard.fence())
+        Some(LockGuard::fence(self))
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.guard.lease().deadline()
+        self.lease().deadline()
     }
 
     fn is_lost(&self) -> bool {
-        self.guard.is_lost()
+        LockGuard::is_lost(self)
     }
 
     async fn lost(&self) {
-        self.guard.lost().await;
+        LockGuard::lost(self).await;
     }
 
     async fn release(self) -> Released {
-        match self.guard.release().await {
-            Ok(Unlock::Released) => Released::Released,
-            Ok(Unlock::NotHeld) => Released::Gone("gone"),
-            Ok(Unlock::HeldByOther) => Released::Gone("held by someone else"),
-            Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
-        }
+        unlocked(LockGuard::release(self).await)
     }
 }
 
@@ -125,14 +169,17 @@ pub struct RwLocker<S: Store> {
     pub side: Side,
 }
 
-/// A read or write hold on a reader/writer lock.
+/// A read or write guard on a reader/writer lock.
 #[derive(Debug)]
-pub enum RwHold<S: Store> {
-    /// A reader, with the readers key.
-    Read(ReadGuard<S>, String),
-    /// The writer, with the writer key.
-    Write(WriteGuard<S>, String),
+pub enum RwGuard<S: Store> {
+    /// A reader.
+    Read(ReadGuard<S>),
+    /// The writer.
+    Write(WriteGuard<S>),
 }
+
+/// A read hold (in the readers key) or a write hold (in the writer key).
+pub type RwHold<S> = Held<RwGuard<S>>;
 
 impl<S: Store> Locker for RwLocker<S> {
     type Hold = RwHold<S>;
@@ -151,7 +198,10 @@ impl<S: Store> Locker for RwLocker<S> {
                     Some(wait) if wait.is_zero() => locks.try_read(name).await?,
                     Some(wait) => locks.try_read_for(name, wait).await?,
                 };
-                guard.map(|g| RwHold::Read(g, keys.readers))
+                guard.map(|g| Held {
+                    guard: RwGuard::Read(g),
+                    key: keys.readers,
+                })
             }
             Side::Write => {
                 let guard = match wait {
@@ -159,52 +209,49 @@ impl<S: Store> Locker for RwLocker<S> {
                     Some(wait) if wait.is_zero() => locks.try_write(name).await?,
                     Some(wait) => locks.try_write_for(name, wait).await?,
                 };
-                guard.map(|g| RwHold::Write(g, keys.writer))
+                guard.map(|g| Held {
+                    guard: RwGuard::Write(g),
+                    key: keys.writer,
+                })
             }
         })
     }
 }
 
-impl<S: Store> Hold for RwHold<S> {
-    fn key(&self) -> &str {
-        match self {
-            RwHold::Read(_, key) | RwHold::Write(_, key) => key,
-        }
-    }
-
+impl<S: Store> Guard for RwGuard<S> {
     /// Writers get a token; readers do not write, and get none.
     fn fence(&self) -> Option<u64> {
         match self {
-            RwHold::Read(..) => None,
-            RwHold::Write(guard, _) => Some(guard.fence()),
+            RwGuard::Read(_) => None,
+            RwGuard::Write(guard) => Some(guard.fence()),
         }
     }
 
     fn deadline(&self) -> Option<Instant> {
         match self {
-            RwHold::Read(guard, _) => guard.deadline(),
-            RwHold::Write(guard, _) => guard.deadline(),
+            RwGuard::Read(guard) => guard.deadline(),
+            RwGuard::Write(guard) => guard.deadline(),
         }
     }
 
     fn is_lost(&self) -> bool {
         match self {
-            RwHold::Read(guard, _) => guard.is_lost(),
-            RwHold::Write(guard, _) => guard.is_lost(),
+            RwGuard::Read(guard) => guard.is_lost(),
+            RwGuard::Write(guard) => guard.is_lost(),
         }
     }
 
     async fn lost(&self) {
         match self {
-            RwHold::Read(guard, _) => guard.lost().await,
-            RwHold::Write(guard, _) => guard.lost().await,
+            RwGuard::Read(guard) => guard.lost().await,
+            RwGuard::Write(guard) => guard.lost().await,
         }
     }
 
     async fn release(self) -> Released {
         let outcome = match self {
-            RwHold::Read(guard, _) => guard.release().await,
-            RwHold::Write(guard, _) => guard.release().await,
+            RwGuard::Read(guard) => guard.release().await,
+            RwGuard::Write(guard) => guard.release().await,
         };
         match outcome {
             // `StillHeld` needs a reentrant owner, which `run` never is.
@@ -227,11 +274,7 @@ pub struct Permits<S: Store> {
 }
 
 /// A semaphore's permits, held.
-#[derive(Debug)]
-pub struct PermitHold<S: Store> {
-    guard: PermitGuard<S>,
-    key: String,
-}
+pub type PermitHold<S> = Held<PermitGuard<S>>;
 
 impl<S: Store> Locker for Permits<S> {
     type Hold = PermitHold<S>;
@@ -248,37 +291,28 @@ impl<S: Store> Locker for Permits<S> {
             Some(wait) if wait.is_zero() => sem.try_acquire(name, permits).await?,
             Some(wait) => sem.try_acquire_for(name, permits, wait).await?,
         };
-        Ok(guard.map(|guard| PermitHold { guard, key }))
+        Ok(guard.map(|guard| Held { guard, key }))
     }
 }
 
-impl<S: Store> Hold for PermitHold<S> {
-    fn key(&self) -> &str {
-        &self.key
-    }
-
+impl<S: Store> Guard for PermitGuard<S> {
     fn fence(&self) -> Option<u64> {
-        Some(self.guard.fence())
+        Some(PermitGuard::fence(self))
     }
 
     fn deadline(&self) -> Option<Instant> {
-        self.guard.deadline()
+        PermitGuard::deadline(self)
     }
 
     fn is_lost(&self) -> bool {
-        self.guard.is_lost()
+        PermitGuard::is_lost(self)
     }
 
     async fn lost(&self) {
-        self.guard.lost().await;
+        PermitGuard::lost(self).await;
     }
 
     async fn release(self) -> Released {
-        match self.guard.release().await {
-            Ok(Unlock::Released) => Released::Released,
-            Ok(Unlock::NotHeld) => Released::Gone("gone"),
-            Ok(Unlock::HeldByOther) => Released::Gone("held by someone else"),
-            Err(e) => Released::Failed(crate::logging::Chain(&e).to_string()),
-        }
+        unlocked(PermitGuard::release(self).await)
     }
 }

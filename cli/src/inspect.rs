@@ -28,7 +28,7 @@ pub struct InspectArgs {
 }
 
 /// Print `value` as pretty JSON.
-pub(crate) fn print_json(value: &impl serde::Serialize) {
+fn print_json(value: &impl serde::Serialize) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).expect("serialise")

@@ -1,5 +1,5 @@
 //! `tairlock race`: its flags, the [`RaceConfig`] they make, the run on the store they name,
-//! and the table and exit code. The race itself is [`race`](crate::race), in the
+//! and the table and exit code. The race itself is [`race`], in the
 //! `tairlock-testing` crate.
 
 use std::process::ExitCode;

@@ -1,6 +1,6 @@
 //! `tairlock run`'s flags, and those of the hidden `__supervise` mode it starts its command
 //! under. They exist on every platform, so that `tairlock --help` is the same everywhere; the
-//! command itself is Unix only (`run::job`), and elsewhere [`not_supported`] says so.
+//! command itself is Unix only (`run::job`), and elsewhere `not_supported` says so.
 
 #[cfg(not(unix))]
 use std::process::ExitCode;
@@ -15,6 +15,7 @@ use crate::flags::{ConnArgs, PubSubArg};
 
 /// `tairlock run`'s flags.
 #[derive(Args, Debug)]
+#[cfg_attr(not(unix), allow(dead_code))]
 #[command(group = clap::ArgGroup::new("side").args(["read", "write"]))]
 pub struct RunArgs {
     /// The lock name (e.g. nightly-backup) or its full key; with --legacy, the key exactly as
@@ -115,6 +116,7 @@ pub enum LegacyKindArg {
 
 /// `tairlock __supervise LIFELINE_FD HOME_PGID -- CMD ARGS…` (started by `tairlock run` only).
 #[derive(Args, Debug)]
+#[cfg_attr(not(unix), allow(dead_code))]
 pub struct SuperviseArgs {
     /// The inherited read end of the lifeline pipe.
     pub(crate) lifeline: i32,

@@ -15,15 +15,6 @@ use crate::run;
 use crate::run_args::{LegacyKindArg, PreferenceArg, RunArgs, SuperviseArgs, UnitArg};
 use crate::target::StoreJob;
 
-/// Run the hidden `tairlock __supervise` mode (see [`supervise`](crate::run::supervise)).
-pub fn supervise(args: SuperviseArgs) -> ExitCode {
-    ExitCode::from(run::supervise(
-        args.lifeline,
-        nix::unistd::Pid::from_raw(args.home),
-        &args.command,
-    ))
-}
-
 /// What `tairlock run` holds, from its flags.
 enum RunKind {
     Expire {
@@ -244,6 +235,15 @@ pub fn command(args: RunArgs) -> ExitCode {
         run::EXIT_STORE
     });
     ExitCode::from(code)
+}
+
+/// Run the hidden `tairlock __supervise` mode (see [`supervise`](crate::run::supervise)).
+pub fn supervise(args: SuperviseArgs) -> ExitCode {
+    ExitCode::from(run::supervise(
+        args.lifeline,
+        nix::unistd::Pid::from_raw(args.home),
+        &args.command,
+    ))
 }
 
 /// Split `prefix{name}` into (prefix, name); a bare name keeps the given prefix.

@@ -111,6 +111,12 @@ impl From<Exit> for u8 {
     }
 }
 
+/// Print a usage error and return its code.
+pub fn usage(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("tairlock: {message}");
+    Exit::Usage.into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::Exit;

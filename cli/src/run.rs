@@ -65,6 +65,7 @@ use tokio::time::Instant;
 
 use crate::logging::Chain;
 
+pub mod job;
 pub mod kinds;
 pub mod legacy;
 mod supervisor;

@@ -11,7 +11,13 @@
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
 //! course delete the lock of a holder that arrived in between, which is what "force" means.
+//!
+//! The command itself, [`command`], takes the flags ([`UnlockArgs`]), picks the kind (`--legacy`,
+//! `--rw`, a key named with a reader/writer suffix, or detected) and prints the report.
 
+use std::process::ExitCode;
+
+use clap::Args;
 use serde::Serialize;
 use tairlock::{ErrorKind, ExpireLock, Keyspace, Options, Reply, Store};
 use tairlock_legacy::WatchStore;
@@ -19,7 +25,10 @@ use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
 use tairlock_legacy::wire::parse_value;
 use tairlock_rwlock::RwLock;
 
-use crate::exit::Exit;
+use crate::exit::{Exit, usage};
+use crate::flags::{KeyArgs, keyspace_of};
+use crate::rw_inspect;
+use crate::target::StoreJob;
 
 /// How many times a legacy unlock retries after the key changed under its `WATCH`.
 const WATCH_ATTEMPTS: usize = 8;
@@ -323,4 +332,102 @@ pub async fn legacy<S: WatchStore>(store: S, key: &str) -> tairlock::Result<Unlo
         ErrorKind::Server,
         format!("{key} kept changing while it was being deleted; try again"),
     ))
+}
+
+/// `tairlock unlock`'s flags.
+#[derive(Args, Debug)]
+pub struct UnlockArgs {
+    /// Required: this deletes someone else's lock.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Unlock a reader/writer lock: its writer, every live reader and a waiting writer's intent
+    /// (detected automatically when its keys exist).
+    #[arg(long, conflicts_with = "legacy")]
+    rw: bool,
+    /// Unlock a legacy SETNX/GETSET lock: KEY exactly as the old code names it, deleted if it
+    /// holds a bare timestamp.
+    #[arg(long)]
+    legacy: bool,
+}
+
+/// `tairlock unlock --force`, on a connected store.
+struct UnlockJob {
+    /// `(keyspace, name)`, or `None` for a legacy key.
+    keyspace: Option<Keyspace>,
+    name: String,
+    rw: bool,
+}
+
+impl StoreJob for UnlockJob {
+    type Output = UnlockReport;
+
+    async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<UnlockReport> {
+        let Some(keyspace) = self.keyspace else {
+            return legacy(store, &self.name).await;
+        };
+        if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
+            rw(store, keyspace, &self.name).await
+        } else {
+            expire(store, keyspace, &self.name).await
+        }
+    }
+}
+
+/// Run `tairlock unlock --force`: the report (or JSON) on stdout, a refusal on stderr.
+pub fn command(args: UnlockArgs) -> ExitCode {
+    let UnlockArgs {
+        force,
+        key,
+        rw,
+        legacy,
+    } = args;
+    if !force {
+        return usage("unlock deletes a lock whoever holds it; pass --force to confirm");
+    }
+    let target = match key.target() {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
+    let job = if legacy {
+        if key.key.is_empty() {
+            return usage("the lock key is empty");
+        }
+        UnlockJob {
+            keyspace: None,
+            name: key.key.clone(),
+            rw: false,
+        }
+    } else {
+        let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
+        match keyspace_of(prefix, &name) {
+            Ok(keyspace) => UnlockJob {
+                keyspace: Some(keyspace),
+                name,
+                rw: rw || named_rw,
+            },
+            Err(e) => return usage(e),
+        }
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    match rt.block_on(target.on(job)) {
+        Ok(report) => {
+            if key.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("serialise")
+                );
+            } else if report.exit() == Exit::Refused {
+                eprintln!("tairlock: {}", report.text());
+            } else {
+                println!("{}", report.text());
+            }
+            report.exit().into()
+        }
+        Err(e) => {
+            eprintln!("tairlock: {e}");
+            Exit::Store.into()
+        }
+    }
 }

@@ -1,0 +1,130 @@
+//! `tairlock bench`: its flags, and the run on the store they name. The scenarios and the table
+//! are in [`bench`](mod@crate::bench).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use tairlock::{MemoryStore, RedisStore};
+
+use crate::exit::{Exit, usage};
+use crate::flags::{ConnArgs, PubSubArg};
+use crate::target::Endpoint;
+use crate::{bench, duration};
+
+/// `tairlock bench`'s flags.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Bench this Redis server (nothing is started); the embedded store otherwise.
+    #[arg(long, conflicts_with_all = ["cluster", "redlock"])]
+    redis: Option<String>,
+    /// Bench a Redis Cluster, given seed node URLs (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with = "redlock")]
+    cluster: Vec<String>,
+    /// How releases are announced on the cluster: `auto` (sharded pub/sub on Redis 7.0+,
+    /// classic before), `classic` or `sharded`.
+    #[arg(long, value_enum, default_value = "auto", requires = "cluster")]
+    pubsub: PubSubArg,
+    /// Bench Redlock over these independent masters (comma-separated or repeated): the
+    /// `floor-cycle` (first server) and `redlock-cycle` scenarios.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    redlock: Vec<String>,
+    /// How long each timed scenario runs.
+    #[arg(long, value_parser = duration::parse, default_value = "1s")]
+    duration: Duration,
+    /// Scenario to run (repeatable); all by default.
+    #[arg(long = "scenario")]
+    scenarios: Vec<String>,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: ConnArgs,
+}
+
+/// Run `tairlock bench`: the table (or JSON) on stdout, a progress bar on stderr.
+pub fn command(args: BenchArgs) -> ExitCode {
+    if let Some(bad) = args
+        .scenarios
+        .iter()
+        .find(|s| !bench::SCENARIOS.contains(&s.as_str()) && s.as_str() != "redlock-cycle")
+    {
+        return usage(format!(
+            "unknown bench scenario {bad:?}; expected one of {}",
+            bench::SCENARIOS.join(", ")
+        ));
+    }
+    if args.redlock.is_empty() && args.scenarios.iter().any(|s| s == "redlock-cycle") {
+        return usage("the redlock-cycle scenario needs --redlock URL,URL,...");
+    }
+    let config = bench::BenchConfig {
+        duration: args.duration,
+        only: args.scenarios,
+    };
+    if let Some(bad) = config.only.iter().find(|s| {
+        !args.redlock.is_empty() && !["floor-cycle", "redlock-cycle"].contains(&s.as_str())
+    }) {
+        return usage(format!(
+            "bench --redlock runs floor-cycle and redlock-cycle only, not {bad:?}"
+        ));
+    }
+    let target = match args.conn.target(
+        args.redis.as_deref(),
+        &args.cluster,
+        args.pubsub,
+        &[
+            ("--redis", args.redis.is_some()),
+            ("--cluster", !args.cluster.is_empty()),
+            ("--redlock", !args.redlock.is_empty()),
+        ],
+    ) {
+        Ok(target) => target,
+        Err(e) => return usage(e),
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let rows = rt.block_on(async {
+        if !args.redlock.is_empty() {
+            let mut servers = Vec::new();
+            for url in &args.redlock {
+                servers.push(RedisStore::connect_with(url, target.redis_options()).await?);
+            }
+            return bench::redlock(servers, &config, bench::progress_bar).await;
+        }
+        match &target.endpoint {
+            Endpoint::Memory => {
+                bench::run(
+                    bench::Counted::new(MemoryStore::new()),
+                    &config,
+                    bench::progress_bar,
+                )
+                .await
+            }
+            Endpoint::Cluster(_) => {
+                let store = target.connect_cluster().await?;
+                bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
+            }
+            Endpoint::Redis(_) | Endpoint::Sentinel { .. } => {
+                let store = target.connect_redis().await?;
+                bench::run(bench::Counted::new(store), &config, bench::progress_bar).await
+            }
+        }
+    });
+    eprintln!();
+    match rows {
+        Ok(rows) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).expect("serialise")
+                );
+            } else {
+                print!("{}", bench::table(&rows));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tairlock bench: {e}");
+            Exit::Store.into()
+        }
+    }
+}

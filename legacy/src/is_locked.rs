@@ -27,44 +27,6 @@ async fn held<S: Store>(
     Ok(!unit.is_expired(value, now.await?))
 }
 
-/// `blocking_is_locked`, the blocking twin of the `is_locked` beside it.
-macro_rules! blocking_is_locked {
-    () => {
-        /// Blocking twin of [`is_locked`](Self::is_locked).
-        ///
-        /// # Panics
-        ///
-        /// When called from inside an async runtime.
-        #[track_caller]
-        pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
-            tairlock::blocking::block_on(
-                self.store().runtime(),
-                "blocking_is_locked",
-                self.is_locked(key),
-            )
-        }
-    };
-}
-
-/// `is_locked` and its blocking twin for the kinds that judge by the server's clock.
-macro_rules! by_server_clock {
-    ($($lock:ident<S: $bound:ident>),*) => {$(
-        impl<S: $bound> $lock<S> {
-            /// Whether `key` is held: it holds a timestamp that has not expired by the server's
-            /// clock. Two reads (`GET`, `TIME`), not one atomic snapshot.
-            ///
-            /// # Errors
-            ///
-            /// As [`GetSetLock::is_locked`].
-            pub async fn is_locked(&self, key: &str) -> Result<bool> {
-                held(self.store(), self.options().unit, key, self.store().time()).await
-            }
-
-            blocking_is_locked!();
-        }
-    )*};
-}
-
 impl<S: Store> GetSetLock<S> {
     /// Whether `key` is held: it holds a timestamp that has not expired by this client's clock
     /// (the original's rule). Two reads, not one atomic snapshot.
@@ -78,10 +40,72 @@ impl<S: Store> GetSetLock<S> {
         held(self.store(), self.options().unit, key, async { Ok(now) }).await
     }
 
-    blocking_is_locked!();
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_is_locked",
+            self.is_locked(key),
+        )
+    }
 }
 
-by_server_clock!(ScriptedLock<S: Store>, WatchLock<S: WatchStore>);
+impl<S: Store> ScriptedLock<S> {
+    /// Whether `key` is held: it holds a timestamp that has not expired by the server's clock.
+    /// Two reads (`GET`, `TIME`), not one atomic snapshot.
+    ///
+    /// # Errors
+    ///
+    /// As [`GetSetLock::is_locked`].
+    pub async fn is_locked(&self, key: &str) -> Result<bool> {
+        held(self.store(), self.options().unit, key, self.store().time()).await
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_is_locked",
+            self.is_locked(key),
+        )
+    }
+}
+
+impl<S: WatchStore> WatchLock<S> {
+    /// Whether `key` is held: it holds a timestamp that has not expired by the server's clock.
+    /// Two reads (`GET`, `TIME`), not one atomic snapshot.
+    ///
+    /// # Errors
+    ///
+    /// As [`GetSetLock::is_locked`].
+    pub async fn is_locked(&self, key: &str) -> Result<bool> {
+        held(self.store(), self.options().unit, key, self.store().time()).await
+    }
+
+    /// Blocking twin of [`is_locked`](Self::is_locked).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_is_locked(&self, key: &str) -> Result<bool> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_is_locked",
+            self.is_locked(key),
+        )
+    }
+}
 
 impl<S: WatchStore> LegacyLock<S> {
     /// Whether `key` is held, by the rule of the detected kind.

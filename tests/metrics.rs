@@ -127,6 +127,15 @@ async fn acquisitions_renewals_losses_and_releases_are_counted_by_kind() {
     let write = rw.write("metered-rw").await.unwrap();
     assert_eq!(write.release().await.unwrap(), Release::Released);
 
+    // The semaphore's kind: a permit whose holder was deleted is lost at its next renewal.
+    let sem = tairlock::Semaphore::new(server.store().await, 2);
+    let permit = sem.acquire("metered-sem", 1).await.unwrap();
+    let holders = sem.keys("metered-sem").unwrap().holders;
+    assert_eq!(server.cli(&["DEL", &holders]), "1");
+    let renewed = permit.renew(Duration::from_secs(3)).await;
+    assert!(renewed.unwrap_err().is_lease_lost());
+    assert_eq!(permit.release().await.unwrap(), Unlock::NotHeld);
+
     let m = snapshot(&snapshotter);
     let expire = [("kind", "expire")];
     let acquisitions = |outcome| {
@@ -191,6 +200,25 @@ async fn acquisitions_renewals_losses_and_releases_are_counted_by_kind() {
             "{m:#?}"
         );
     }
+
+    let semaphore = |series, label: (&'static str, &'static str)| {
+        m.counter(series, &[("kind", "semaphore"), label])
+    };
+    assert_eq!(
+        semaphore(names::ACQUISITIONS, ("outcome", "acquired")),
+        1,
+        "{m:#?}"
+    );
+    assert_eq!(
+        semaphore(names::LEASES_LOST, ("reason", "gone")),
+        1,
+        "{m:#?}"
+    );
+    assert_eq!(
+        semaphore(names::RELEASES, ("outcome", "not_held")),
+        1,
+        "{m:#?}"
+    );
 
     // No series is labelled with the lock's name.
     for (series_name, labels) in m.counters.keys().chain(m.histograms.keys()) {

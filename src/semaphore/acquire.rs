@@ -189,6 +189,14 @@ impl<S: Store> Kind for Step<S> {
         Some(&self.channel)
     }
 
+    fn label(&self) -> &'static str {
+        "semaphore"
+    }
+
+    fn fence(&self, permit: &Permit) -> Option<u64> {
+        Some(permit.fence)
+    }
+
     async fn attempt(&self, nonce: &str) -> Result<Attempt<Permit>> {
         Ok(
             match self

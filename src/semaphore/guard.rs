@@ -10,6 +10,7 @@ use super::lock::{Permit, Semaphore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::Unlock;
 use crate::guard::{Liveness, Renewal};
+use crate::observe::{Hold, Loss, ReleaseOutcome};
 use crate::store::Store;
 
 struct Shared<S: Store> {
@@ -27,15 +28,30 @@ impl<S: Store> Shared<S> {
         self.sem.renew(&self.name, &self.permit.nonce, ttl).await
     }
 
-    async fn release(&self) -> Result<Unlock> {
+    /// Stop renewing and give the permits back; `background` for a dropped guard's release.
+    async fn release(&self, background: bool) -> Result<Unlock> {
         self.live.stop_watchdog().await;
-        let outcome = self.sem.release(&self.name, &self.permit.nonce).await;
+        let outcome = self
+            .sem
+            .release(&self.name, &self.permit.nonce)
+            .await
+            .map(|released| {
+                if released {
+                    Unlock::Released
+                } else {
+                    Unlock::NotHeld
+                }
+            });
         self.live.mark_lost();
-        Ok(if outcome? {
-            Unlock::Released
-        } else {
-            Unlock::NotHeld
-        })
+        self.live.released(
+            match &outcome {
+                Ok(Unlock::Released) => ReleaseOutcome::Released,
+                Ok(_) => ReleaseOutcome::NotHeld,
+                Err(e) => ReleaseOutcome::Failed(e),
+            },
+            background,
+        );
+        outcome
     }
 }
 
@@ -86,7 +102,11 @@ impl<S: Store> PermitGuard<S> {
         let shared = Arc::new(Shared {
             sem,
             name: name.to_owned(),
-            live: Liveness::new(Some(permit.deadline)),
+            live: Liveness::new(Some(permit.deadline)).observed(Hold::new(
+                "semaphore",
+                name,
+                Some(permit.fence),
+            )),
             permit,
             ttl,
         });
@@ -163,7 +183,7 @@ impl<S: Store> PermitGuard<S> {
                 Ok(())
             }
             None => {
-                self.shared.live.mark_lost();
+                self.shared.live.lose(Loss::Gone);
                 Err(Error::new(
                     ErrorKind::LeaseLost,
                     format!("the permits on {} are gone", self.shared.name),
@@ -185,7 +205,7 @@ impl<S: Store> PermitGuard<S> {
     /// stopped first).
     pub async fn release(mut self) -> Result<Unlock> {
         self.armed = false;
-        self.shared.release().await
+        self.shared.release(false).await
     }
 
     /// Blocking twin of [`release`](Self::release).
@@ -200,7 +220,7 @@ impl<S: Store> PermitGuard<S> {
         crate::blocking::block_on(
             shared.sem.store().runtime(),
             "blocking_release",
-            async move { shared.release().await },
+            async move { shared.release(false).await },
         )
     }
 
@@ -226,7 +246,7 @@ impl<S: Store> Drop for PermitGuard<S> {
         }
         let shared = self.shared.clone();
         crate::blocking::spawn_handle(self.shared.sem.store().runtime()).spawn(async move {
-            let _ = shared.release().await;
+            let _ = shared.release(true).await;
         });
     }
 }

@@ -31,12 +31,20 @@
 //! # The announcement
 //!
 //! The script publishes on the release channel only when it deleted, in the same atomic step.
-//! `DELIFEQ` cannot publish, so here the announcement is a separate command (`SPUBLISH`, else
-//! `PUBLISH`, as the script) sent on the same connection right after a `1`, without waiting for
-//! its reply: the caller still waits one round trip. As with the script's `pcall`, the
-//! announcement never fails the release; if it is lost (the connection drops in between, or the
-//! user may not publish), waiters fall back to their timed retries, which the holder's remaining
-//! time bounds. A waiter hears the release a moment after the key is gone, never before.
+//! `DELIFEQ` cannot publish, so here the announcement (`PUBLISH`, or `SPUBLISH` as the script
+//! would) is pipelined right behind it: one round trip carries both, the server runs them in
+//! order, and the release returns only once both are answered. A waiter hears the release a
+//! moment after the key is gone, never before, and never after the releasing process is gone.
+//! (Sending the announcement in the background after `DELIFEQ`'s `1` lost it whenever the
+//! releasing process exited at once, as `tairlock run` does: its waiters then slept until the
+//! lease ran out.)
+//!
+//! The price of one round trip is that a native release that deletes nothing announces too:
+//! waiters wake, try once, and find the lock free (their chance) or held (they wait again). Such
+//! releases are rare (a lease already lost) and a spurious wake costs a waiter one attempt; a
+//! lost announcement cost it the holder's whole remaining time. As with the script's `pcall`,
+//! the announcement never fails the release: a refusal (`NOPERM`, the user may not publish) is
+//! ignored, and a refused `SPUBLISH` falls back to `PUBLISH`.
 //!
 //! [`EXPIRE_UNLOCK`]: crate::scripts::EXPIRE_UNLOCK
 
@@ -112,9 +120,8 @@ pub(crate) enum Outcome {
     Unanswered(Error),
 }
 
-/// Run one native release of `lease` on `lock` (see the [module docs](self)), and announce it
-/// on `channel` (with `publish`, `PUBLISH` or `SPUBLISH`) when it released. `spawn` sends the
-/// announcement without waiting for it.
+/// Run one native release of `lease` on `lock` (see the [module docs](self)), with its
+/// announcement on `channel` (with `publish`, `PUBLISH` or `SPUBLISH`) pipelined behind it.
 pub(crate) async fn release<C>(
     native: &Native,
     con: &mut C,
@@ -122,30 +129,43 @@ pub(crate) async fn release<C>(
     lease: &str,
     channel: Option<&str>,
     publish: Option<&str>,
-    spawn: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
 ) -> Outcome
 where
-    C: ConnectionLike + Clone + Send + 'static,
+    C: ConnectionLike + Send,
 {
-    let reply: redis::RedisResult<i64> = redis::cmd("DELIFEQ")
-        .arg(lock)
-        .arg(lease)
-        .query_async(con)
-        .await;
-    match reply {
-        Ok(1) => {
-            if let Some(channel) = channel {
-                let mut con = con.clone();
-                let channel = channel.to_owned();
-                let sharded = publish == Some("SPUBLISH");
-                spawn(Box::pin(async move {
-                    announce(&mut con, &channel, sharded).await
-                }));
-            }
-            Outcome::Deleted
-        }
-        Ok(_) => Outcome::Script,
+    let sharded = publish == Some("SPUBLISH");
+    let mut pipe = redis::pipe();
+    pipe.cmd("DELIFEQ").arg(lock).arg(lease);
+    if let Some(channel) = channel {
+        pipe.cmd(if sharded { "SPUBLISH" } else { "PUBLISH" })
+            .arg(channel)
+            .arg("released");
+    }
+    let replies: redis::RedisResult<Vec<redis::RedisResult<redis::Value>>> =
+        pipe.ignore_errors().query_async(con).await;
+    let replies = match replies {
+        Ok(replies) => replies,
         Err(e) => {
+            let error = Error::from(e);
+            if error.is_unanswered() {
+                return Outcome::Unanswered(error);
+            }
+            return Outcome::Script;
+        }
+    };
+    let mut replies = replies.into_iter();
+    let deleted = replies.next();
+    // A refused SPUBLISH (a server without sharded pub/sub) is sent again as PUBLISH, as the
+    // script does; any other refusal of the announcement is ignored.
+    if let (Some(channel), Some(Err(_))) = (channel, replies.next())
+        && sharded
+    {
+        announce(con, channel).await;
+    }
+    match deleted {
+        Some(Ok(redis::Value::Int(1))) => Outcome::Deleted,
+        Some(Ok(_)) | None => Outcome::Script,
+        Some(Err(e)) => {
             let error = Error::from(e);
             if error.is_unanswered() {
                 return Outcome::Unanswered(error);
@@ -160,19 +180,8 @@ where
     }
 }
 
-/// The release announcement: `SPUBLISH` (falling back to `PUBLISH` when refused, as the script)
-/// or `PUBLISH`; a refusal or a lost reply is ignored.
-async fn announce<C: ConnectionLike + Send>(con: &mut C, channel: &str, sharded: bool) {
-    if sharded {
-        let sent: redis::RedisResult<redis::Value> = redis::cmd("SPUBLISH")
-            .arg(channel)
-            .arg("released")
-            .query_async(con)
-            .await;
-        if sent.is_ok() {
-            return;
-        }
-    }
+/// The fallback announcement: `PUBLISH`; a refusal or a lost reply is ignored.
+async fn announce<C: ConnectionLike + Send>(con: &mut C, channel: &str) {
     let _: redis::RedisResult<redis::Value> = redis::cmd("PUBLISH")
         .arg(channel)
         .arg("released")

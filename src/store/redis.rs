@@ -252,7 +252,6 @@ impl Store for RedisStore {
         if let (Some(lock), Some(lease)) = (keys.first(), args.first())
             && self.native.delifeq(&mut con).await
         {
-            let runtime = self.runtime.clone();
             let released = super::native::release(
                 &self.native,
                 &mut con,
@@ -260,7 +259,6 @@ impl Store for RedisStore {
                 lease,
                 args.get(1).map(String::as_str),
                 args.get(2).map(String::as_str),
-                move |announce| drop(runtime.spawn(announce)),
             )
             .await;
             match released {

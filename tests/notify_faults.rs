@@ -282,3 +282,51 @@ async fn a_silently_dropped_subscription_is_noticed_and_its_waiter_woken() {
     );
     guard.release().await.unwrap();
 }
+
+/// A first pub/sub connection wakes nobody: no watcher relied on a subscription before it. It
+/// used to wake every watcher once subscribed, as after a lost connection, and a shared read
+/// hold takes any wake on its intent channel for a writer's intent and gives itself up. Here the
+/// first connection is held back (stalled, then let through) so the watch is registered, and
+/// its wake armed, before the connection subscribes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_subscription_connection_wakes_nobody() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut options = RedisOptions::default();
+    options.connection_timeout = Duration::from_millis(300);
+    let store = RedisStore::connect_with(&proxy.url(), options)
+        .await
+        .expect("connect through the proxy");
+    proxy.stall_new_connections(true);
+    let notifier = tairlock::notify::notifier_by(store.notifier(), None)
+        .await
+        .expect("a notifier");
+    let watch = notifier.register("tairlock:{quiet}:released");
+    let woken = watch.notified();
+    let mut woken = std::pin::pin!(woken);
+    woken.as_mut().enable();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !watch.is_subscribed(),
+        "subscribed through a stalled connection"
+    );
+    proxy.stall_new_connections(false);
+    tokio::time::timeout(Duration::from_secs(10), watch.subscribed())
+        .await
+        .expect("subscribed once the network lets the connection through")
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), woken.as_mut())
+            .await
+            .is_err(),
+        "a first connection woke a watcher: nothing was published"
+    );
+    // A message is still heard.
+    let heard = watch.notified();
+    let mut heard = std::pin::pin!(heard);
+    heard.as_mut().enable();
+    server.cli(&["PUBLISH", "tairlock:{quiet}:released", "released"]);
+    tokio::time::timeout(Duration::from_secs(5), heard)
+        .await
+        .expect("the release is heard");
+}

@@ -31,14 +31,9 @@ fn script_calls(server: &RedisServer) -> u64 {
         .sum()
 }
 
-/// A client on its own connection, its notifier connected first (a first connection wakes
-/// every watcher once, as a release may have gone unheard).
+/// A client on its own connection.
 async fn client(server: &RedisServer) -> RwLock<tairlock::RedisStore> {
     let store = server.store().await;
-    let notifier = tairlock::notify::notifier_by(store.notifier(), None)
-        .await
-        .unwrap();
-    notifier.watch("warm-up").await.unwrap();
     RwLock::with_options(store, Options::default().intent_lease(LONG))
 }
 

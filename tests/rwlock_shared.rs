@@ -38,14 +38,6 @@ fn memory() -> Pair<MemoryStore> {
 async fn redis() -> Pair<tairlock::RedisStore> {
     let server = RedisServer::start();
     let (a, b) = (server.store().await, server.store().await);
-    // Connect the notifiers first: a first connection wakes every watcher once (a release may
-    // have gone unheard), which a shared hold takes for a writer's intent and gives up.
-    for store in [&a, &b] {
-        let notifier = tairlock::notify::notifier_by(store.notifier(), None)
-            .await
-            .unwrap();
-        notifier.watch("warm-up").await.unwrap();
-    }
     Pair {
         a,
         b,
@@ -55,12 +47,6 @@ async fn redis() -> Pair<tairlock::RedisStore> {
 
 async fn cluster_pair(cluster: &RedisCluster) -> Pair<tairlock::ClusterStore> {
     let (a, b) = (cluster.store().await, cluster.store().await);
-    for store in [&a, &b] {
-        let notifier = tairlock::notify::notifier_by(store.notifier(), None)
-            .await
-            .unwrap();
-        notifier.watch("warm-up").await.unwrap();
-    }
     Pair { a, b, server: None }
 }
 
@@ -155,6 +141,31 @@ async fn local_readers_share_one_server_reader<S: Store>(p: Pair<S>) {
     .expect("the last local reader releases the server reader");
     let w = rw.try_write("doc").await.unwrap().expect("free now");
     w.release().await.unwrap();
+}
+
+/// A client whose notifier is new (no warm-up, unlike the pairs above): its first shared hold
+/// lingers like any later one. The first connection of the pub/sub task used to wake every
+/// watcher once subscribed, which the hold took for a writer's intent: it gave itself up at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_shared_hold_of_a_new_client_lingers() {
+    let server = RedisServer::start();
+    let rw = shared(&server.store().await, FOREVER);
+    rw.read("doc").await.unwrap().release().await.unwrap();
+    // Time for a spurious revocation to reach the hold and its release the server.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        rw.readers("doc").await.unwrap(),
+        1,
+        "[{}] the idle hold lingers on the server",
+        server.label()
+    );
+    let next = rw.read("doc").await.unwrap();
+    assert_eq!(
+        rw.readers("doc").await.unwrap(),
+        1,
+        "rejoined, no new reader"
+    );
+    next.release().await.unwrap();
 }
 
 /// `n` more local reads of `doc`, each its own task.

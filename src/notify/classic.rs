@@ -13,7 +13,7 @@
 //!
 //! | event | what the task does |
 //! |---|---|
-//! | a channel's first watcher | `SUBSCRIBE` it (unless already subscribed), then mark it subscribed |
+//! | a channel's first watcher | `SUBSCRIBE` it (unless already subscribed), then mark it subscribed; on the first connection (made for that first watcher) nobody is woken |
 //! | the last watcher left, 3 s ago | `UNSUBSCRIBE` it, unless a watcher came back meanwhile |
 //! | the connection drops, or a round trip or a keep-alive `PING` (every 5 response timeouts while anything is subscribed) takes longer than the response timeout | mark every channel pending, wake every watcher (anything may have been released meanwhile), connect again with back-off, `SUBSCRIBE` every registered channel (those registered during the reconnection included), mark them subscribed and wake them again |
 //! | `NOPERM` (the user may not subscribe) | mark the channels failed and record the refusal ([`Notifier::notifications_denied`](super::Notifier::notifications_denied)); waiters poll |
@@ -147,6 +147,9 @@ impl Task {
     async fn run(self, mut requests: UnboundedReceiver<Request>) {
         let mut delay = Duration::from_millis(50);
         let mut next = 0;
+        // Whether a connection was served and lost: only then can a release have gone unheard
+        // by a subscription (a first connection had none to miss anything with).
+        let mut reconnecting = false;
         if matches!(&self.clients, Clients::Fixed(clients) if clients.is_empty()) {
             return;
         }
@@ -169,7 +172,7 @@ impl Task {
                 continue;
             };
             let (mut sink, stream) = pubsub.split();
-            if !self.resubscribe(&mut sink).await {
+            if !self.resubscribe(&mut sink, reconnecting).await {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
                 continue;
@@ -178,6 +181,7 @@ impl Task {
             match self.serve(&mut sink, stream, &mut requests).await {
                 Stop::Closed => return,
                 Stop::Lost => {
+                    reconnecting = true;
                     // Anything may have been released meanwhile; every registered channel is
                     // subscribed again on the next connection.
                     for (_, ch) in self.hub.all() {
@@ -190,8 +194,12 @@ impl Task {
     }
 
     /// On a new connection, SUBSCRIBE every registered channel that wants it; true unless the
-    /// connection failed (a refusal marks the channels failed and counts as done).
-    async fn resubscribe(&self, sink: &mut redis::aio::PubSubSink) -> bool {
+    /// connection failed (a refusal marks the channels failed and counts as done). After a lost
+    /// connection (`reconnecting`), every watcher is woken once subscribed again: a release while
+    /// the subscription was down went unheard. A first connection wakes nobody: no watcher
+    /// relied on a subscription before it, and a wake is not free (a shared read hold takes any
+    /// message on its intent channel for a writer's intent, and gives itself up).
+    async fn resubscribe(&self, sink: &mut redis::aio::PubSubSink, reconnecting: bool) -> bool {
         let wanted: Vec<_> = self
             .hub
             .all()
@@ -208,8 +216,9 @@ impl Task {
                 for (_, ch) in &wanted {
                     ch.set(Sub::Subscribed);
                 }
-                // A release while the subscription was down went unheard.
-                self.hub.wake_all();
+                if reconnecting {
+                    self.hub.wake_all();
+                }
                 true
             }
             Ok(Err(e)) if super::is_denial(&e) => {

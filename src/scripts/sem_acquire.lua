@@ -29,26 +29,17 @@
 --                                           itself is too small, impossible after validation).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 -- A holder is never evicted: a smaller limit only refuses new holders until enough leave.
-local function check(key, want, what)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
-  end
-  return t
-end
-local z_type = check(KEYS[1], 'zset', 'holders')
-if type(z_type) == 'table' then return z_type end
-local h_type = check(KEYS[2], 'hash', 'holdings')
-if type(h_type) == 'table' then return h_type end
-local fence_type = check(KEYS[3], 'string', 'fence')
-if type(fence_type) == 'table' then return fence_type end
+-- Uses check_types and now_us from prelude.lua, prepended.
 local fair = ARGV[6] == 'wait' or ARGV[6] == 'once'
+local spec = {{KEYS[1], 'zset', 'holders'}, {KEYS[2], 'hash', 'holdings'},
+  {KEYS[3], 'string', 'fence'}}
 if fair then
-  local q_type = check(KEYS[4], 'zset', 'queue')
-  if type(q_type) == 'table' then return q_type end
-  local w_type = check(KEYS[5], 'hash', 'waiters')
-  if type(w_type) == 'table' then return w_type end
+  spec[4] = {KEYS[4], 'zset', 'queue'}
+  spec[5] = {KEYS[5], 'hash', 'waiters'}
 end
+local types = check_types(spec)
+if types.err then return types end
+local fence_type = types[3]
 local last = 0
 if fence_type == 'string' then
   local raw = redis.call('GET', KEYS[3])
@@ -68,9 +59,8 @@ local permits = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now = math.floor(now_us / 1000)
+local now_micros = now_us()
+local now = math.floor(now_micros / 1000)
 -- Reap holders whose lease has passed: a crashed holder's permits come back with its lease.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('(%d', now))
 for _, who in ipairs(expired) do
@@ -124,7 +114,7 @@ if used + ahead + permits > limit then
   if ARGV[6] == 'wait' then
     local wl = tonumber(ARGV[7])
     if not redis.call('ZSCORE', KEYS[4], nonce) then
-      redis.call('ZADD', KEYS[4], now_us, nonce)
+      redis.call('ZADD', KEYS[4], now_micros, nonce)
     end
     redis.call('HSET', KEYS[5], nonce, string.format('%d:%d', now + wl, permits))
     stretch(KEYS[4], wl)
@@ -142,8 +132,8 @@ if used + ahead + permits > limit then
   return {0, wait, used}
 end
 local fence = last + 1
-if now_us > fence then
-  fence = now_us
+if now_micros > fence then
+  fence = now_micros
 end
 if fair then
   redis.call('ZREM', KEYS[4], nonce)

@@ -12,8 +12,7 @@ local last = false
 if ft == 'string' then
   last = redis.call('GET', KEYS[3])
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms() -- from prelude.lua, prepended
 local out = {zt, ht, last}
 if zt == 'zset' and ht == 'hash' then
   local live = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now), '+inf', 'WITHSCORES')

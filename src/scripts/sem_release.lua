@@ -11,23 +11,11 @@
 -- released a holder or a waiter left (those behind may fit now). Safe to repeat: a repeat finds
 -- nothing of ours and announces nothing.
 -- Error WRONGTYPE when a key holds data that is not ours; nothing is written.
-local function check(key, want, what)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
-  end
-  return t
-end
-local z_type = check(KEYS[1], 'zset', 'holders')
-if type(z_type) == 'table' then return z_type end
-local h_type = check(KEYS[2], 'hash', 'holdings')
-if type(h_type) == 'table' then return h_type end
-local q_type = check(KEYS[3], 'zset', 'queue')
-if type(q_type) == 'table' then return q_type end
-local w_type = check(KEYS[4], 'hash', 'waiters')
-if type(w_type) == 'table' then return w_type end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Uses check_types and now_ms from prelude.lua, prepended.
+local types = check_types({{KEYS[1], 'zset', 'holders'}, {KEYS[2], 'hash', 'holdings'},
+  {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}})
+if types.err then return types end
+local now = now_ms()
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local live = score and tonumber(score) >= now
 redis.call('ZREM', KEYS[1], ARGV[1])

@@ -8,21 +8,12 @@
 -- Returns {1, expiry ms} renewed, {-1} not held (released, or its lease passed: a holder whose
 -- lease has passed is gone, like an expired key, and cannot come back). Safe to repeat.
 -- Error WRONGTYPE when a key holds data that is not ours; nothing is written.
-local function check(key, want, what)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
-  end
-  return t
-end
-local z_type = check(KEYS[1], 'zset', 'holders')
-if type(z_type) == 'table' then return z_type end
-local h_type = check(KEYS[2], 'hash', 'holdings')
-if type(h_type) == 'table' then return h_type end
-local fence_type = check(KEYS[3], 'string', 'fence')
-if type(fence_type) == 'table' then return fence_type end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Uses check_types and now_ms from prelude.lua, prepended.
+local types = check_types({{KEYS[1], 'zset', 'holders'}, {KEYS[2], 'hash', 'holdings'},
+  {KEYS[3], 'string', 'fence'}})
+if types.err then return types end
+local fence_type = types[3]
+local now = now_ms()
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score or tonumber(score) < now or not redis.call('HGET', KEYS[2], ARGV[1]) then
   return {-1}

@@ -10,19 +10,32 @@ use crate::script::{Reply, Script, int_arg};
 use crate::store::memory::{CommandError, CommandResult, Db};
 
 /// Take permits for one holder if they fit under the caller's limit. Lua: `sem_acquire.lua`.
-pub static SEM_ACQUIRE: Script =
-    Script::new("sem_acquire", include_str!("sem_acquire.lua"), acquire);
+pub static SEM_ACQUIRE: Script = Script::new(
+    "sem_acquire",
+    concat!(include_str!("prelude.lua"), include_str!("sem_acquire.lua")),
+    acquire,
+);
 
 /// Move one live holder's lease. Lua: `sem_renew.lua`.
-pub static SEM_RENEW: Script = Script::new("sem_renew", include_str!("sem_renew.lua"), renew);
+pub static SEM_RENEW: Script = Script::new(
+    "sem_renew",
+    concat!(include_str!("prelude.lua"), include_str!("sem_renew.lua")),
+    renew,
+);
 
 /// Give one holder's permits back and announce it. Lua: `sem_release.lua`.
-pub static SEM_RELEASE: Script =
-    Script::new("sem_release", include_str!("sem_release.lua"), release);
+pub static SEM_RELEASE: Script = Script::new(
+    "sem_release",
+    concat!(include_str!("prelude.lua"), include_str!("sem_release.lua")),
+    release,
+);
 
 /// A read-only snapshot of the live holders. Lua: `sem_inspect.lua`.
-pub static SEM_INSPECT: Script =
-    Script::new("sem_inspect", include_str!("sem_inspect.lua"), inspect);
+pub static SEM_INSPECT: Script = Script::new(
+    "sem_inspect",
+    concat!(include_str!("prelude.lua"), include_str!("sem_inspect.lua")),
+    inspect,
+);
 
 /// `TYPE key` must be `none` or `want`; `what` names the key in the error, as the Lua does.
 fn check(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<&'static str> {

@@ -9,7 +9,6 @@ mod support;
 use std::time::Duration;
 
 use support::RedisServer;
-use tairlock::Store;
 use tairlock_rwlock::{Options, RwLock};
 
 /// A lease far longer than the test: only a notification could wake a waiter before it ends.

@@ -2,7 +2,8 @@
 //! the watchdog renews a guard's lease until `max_hold` after the acquisition and never past it,
 //! then stops; the guard reports the loss when the lease runs out, and the lock is free for
 //! others right after. The reader/writer lock's read and write holds (shared read holds too)
-//! are bounded the same way by `tairlock_rwlock::Options::max_hold`.
+//! are bounded the same way by `tairlock_rwlock::Options::max_hold`, and a semaphore's permits
+//! by `SemaphoreOptions::max_hold` (on a real server and on the embedded store).
 
 mod support;
 
@@ -10,7 +11,10 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
-use tairlock::{ErrorKind, ExpireLock, Options, RedisStore, Store, Ttl};
+use tairlock::{
+    ErrorKind, ExpireLock, MemoryStore, Options, RedisStore, Semaphore, SemaphoreOptions, Store,
+    Ttl,
+};
 
 const LEASE: Duration = Duration::from_millis(600);
 const MAX_HOLD: Duration = Duration::from_millis(1800);
@@ -174,4 +178,78 @@ async fn without_max_hold_rwlock_holds_keep_renewing() {
     assert!(!read.is_lost());
     write.release().await.unwrap();
     read.release().await.unwrap();
+}
+
+fn bounded_sem<S: Store>(store: S) -> Semaphore<S> {
+    Semaphore::with_options(
+        store,
+        2,
+        SemaphoreOptions::default()
+            .watchdog_lease(LEASE)
+            .max_hold(MAX_HOLD),
+    )
+}
+
+/// Both permits of a semaphore of 2, taken under `max_hold` on `store`: renewed past the first
+/// lease, lost once `max_hold` has passed and not before, the holders gone from the server
+/// with it, and the permits taken by a client without the bound right after.
+async fn permits_stop_renewing_at_max_hold<S: Store + Clone>(store: S) {
+    let sem = bounded_sem(store.clone());
+    assert_eq!(sem.options().max_hold, Some(MAX_HOLD));
+    let started = Instant::now();
+    let guard = sem.acquire("bounded", 2).await.unwrap();
+    lost_at_the_bound(started, || guard.is_lost(), guard.lost()).await;
+    let other = Semaphore::new(store, 2);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while other.available("bounded").await.unwrap() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the permits outlived max_hold: {:?}",
+            other.inspect("bounded").await.unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let taken = other.try_acquire("bounded", 2).await.unwrap();
+    assert!(taken.is_some(), "the permits did not come back");
+}
+
+/// A semaphore's permits on a real server: renewed until `max_hold`, then lost, and free for
+/// others after it.
+#[tokio::test]
+async fn semaphore_permits_stop_renewing_at_max_hold() {
+    let server = RedisServer::start();
+    permits_stop_renewing_at_max_hold(server.store().await).await;
+}
+
+/// The same on the embedded store.
+#[tokio::test]
+async fn semaphore_permits_stop_renewing_at_max_hold_on_the_embedded_store() {
+    permits_stop_renewing_at_max_hold(MemoryStore::new()).await;
+}
+
+/// Without the bound, a semaphore's permits are still held after the time `max_hold` allows,
+/// on a real server and on the embedded store.
+#[tokio::test]
+async fn without_max_hold_semaphore_permits_keep_renewing() {
+    let server = RedisServer::start();
+    let redis = Semaphore::with_options(
+        server.store().await,
+        1,
+        SemaphoreOptions::default().watchdog_lease(LEASE),
+    );
+    let memory = Semaphore::with_options(
+        MemoryStore::new(),
+        1,
+        SemaphoreOptions::default().watchdog_lease(LEASE),
+    );
+    assert_eq!(redis.options().max_hold, None);
+    let held = redis.acquire("unbounded", 1).await.unwrap();
+    let embedded = memory.acquire("unbounded", 1).await.unwrap();
+    tokio::time::sleep(MAX_HOLD + LEASE * 2).await;
+    assert!(!held.is_lost());
+    assert!(!embedded.is_lost());
+    assert_eq!(redis.available("unbounded").await.unwrap(), 0);
+    assert_eq!(memory.available("unbounded").await.unwrap(), 0);
+    held.release().await.unwrap();
+    embedded.release().await.unwrap();
 }

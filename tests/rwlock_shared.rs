@@ -1,5 +1,6 @@
 //! Shared local read holds of the scripted reader/writer lock (issue 19): one server reader per
-//! client, joined with no round trip, lingering when idle, revoked by a writer's intent. Every
+//! client, joined with no round trip, lingering when idle, revoked by a writer's intent; under
+//! reader preference, a waiting writer's announcement releases idle holds only. Every
 //! test runs on the embedded store and on a real server; "clients" are separate `RwLock` values,
 //! on separate connections on a server (as separate processes would be).
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 use support::cluster::RedisCluster;
 use support::server::RedisServer;
 use tairlock::{MemoryStore, Owner, Store};
-use tairlock_rwlock::{Options, Release, RwLock};
+use tairlock_rwlock::{Options, Preference, Release, RwLock};
 
 /// How long an operation that should be prompt may take on a loaded machine.
 const PROMPT: Duration = Duration::from_secs(2);
@@ -51,13 +52,16 @@ async fn cluster_pair(cluster: &RedisCluster) -> Pair<tairlock::ClusterStore> {
 }
 
 /// On a Redis Cluster (sharded pub/sub: the intent is announced with `SPUBLISH`), as on one
-/// server: revocation, waiting writers, exclusion across clients.
+/// server: revocation, waiting writers, exclusion across clients, and the announcement of a
+/// writer under reader preference.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_three_master_cluster() {
     let cluster = RedisCluster::start(3);
     a_writer_revokes_another_clients_lingering_hold_at_once(cluster_pair(&cluster).await).await;
     a_waiting_writer_keeps_new_local_readers_out(cluster_pair(&cluster).await).await;
     writers_never_run_beside_readers_of_any_client(cluster_pair(&cluster).await).await;
+    under_reader_preference_a_waiting_writer_ends_idle_holds_only(cluster_pair(&cluster).await)
+        .await;
 }
 
 fn shared<S: Store>(store: &S, linger: Duration) -> RwLock<S> {
@@ -103,6 +107,7 @@ both!(
     loss_reaches_every_local_reader_and_nobody_joins_a_lost_hold,
     reentrancy_upgrade_refusal_and_downgrade_keep_working,
     writers_never_run_beside_readers_of_any_client,
+    under_reader_preference_a_waiting_writer_ends_idle_holds_only,
 );
 
 async fn local_readers_share_one_server_reader<S: Store>(p: Pair<S>) {
@@ -423,4 +428,152 @@ async fn writers_never_run_beside_readers_of_any_client<S: Store>(p: Pair<S>) {
         writes.load(Ordering::Relaxed),
     );
     assert!(reads > 0 && writes > 0, "{reads} reads, {writes} writes");
+}
+
+/// Issue #19 under reader preference: a waiting writer raises no intent, but it still
+/// announces itself on the intent channel, once per wait. Another client's idle lingering hold
+/// (a linger of 10 s) goes at once, and the writer gets in within a second or two, not after
+/// the linger. A hold with a local reader inside stays, and new local readers still join it
+/// (that is reader preference); once it is idle it is given back at once instead of lingering.
+async fn under_reader_preference_a_waiting_writer_ends_idle_holds_only<S: Store>(p: Pair<S>) {
+    let linger = Duration::from_secs(10);
+    let reader_first = |store: &S| {
+        RwLock::with_options(
+            store.clone(),
+            Options::default()
+                .share_reads(true)
+                .linger(linger)
+                .preference(Preference::Reader),
+        )
+    };
+    let (readers, writers) = (reader_first(&p.a), reader_first(&p.b));
+
+    // An idle, lingering hold of another client.
+    readers.read("doc").await.unwrap().release().await.unwrap();
+    assert_eq!(readers.readers("doc").await.unwrap(), 1, "lingering");
+    let started = std::time::Instant::now();
+    let w = tokio::time::timeout(PROMPT, writers.write("doc"))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the writer waited out the {linger:?} linger: its announcement went unheard")
+        })
+        .unwrap();
+    println!(
+        "reader preference: the writer got in after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        readers.readers("doc").await.unwrap(),
+        0,
+        "the idle hold went"
+    );
+    w.release().await.unwrap();
+
+    // A hold with a reader inside stays while the writer waits, and takes new local readers.
+    let inside = readers.read("doc").await.unwrap();
+    let writer_in = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (writers, writer_in) = (writers.clone(), writer_in.clone());
+        tokio::spawn(async move {
+            let w = writers.write("doc").await.unwrap();
+            writer_in.store(true, Ordering::SeqCst);
+            w.release().await.unwrap();
+        })
+    };
+    // The writer has tried (and been refused by the reader inside) before the next reader
+    // comes: its announcement, if any, is out by then.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer_in.load(Ordering::SeqCst),
+        "a writer beside a reader"
+    );
+    let joined = tokio::time::timeout(PROMPT, readers.read("doc"))
+        .await
+        .expect("a new local reader joins under reader preference")
+        .unwrap();
+    assert_eq!(readers.shared_readers("doc"), 2, "joined the hold");
+    assert_eq!(
+        readers.readers("doc").await.unwrap(),
+        1,
+        "one server reader"
+    );
+    assert!(!writer_in.load(Ordering::SeqCst), "a writer beside readers");
+    joined.release().await.unwrap();
+    let started = std::time::Instant::now();
+    inside.release().await.unwrap();
+    tokio::time::timeout(PROMPT, writer)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the writer waited out the {linger:?} linger of a hold it had announced to")
+        })
+        .unwrap();
+    println!(
+        "reader preference: the writer got in {:?} after the last reader left",
+        started.elapsed()
+    );
+    assert!(writer_in.load(Ordering::SeqCst));
+}
+
+/// Calls of `command` so far, from `INFO commandstats` (0 before the first).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A writer that polls while a reader of another client stays inside announces itself on the
+/// intent channel once per wait, under either preference (the intent when writer preference
+/// raises it; under reader preference the hint to give back idle holds), however many times
+/// it tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_writer_announces_once_per_wait_under_either_preference() {
+    let p = redis().await;
+    let server = p.server.as_ref().unwrap();
+    for preference in [Preference::Writer, Preference::Reader] {
+        let options = Options::default()
+            .share_reads(true)
+            .linger(FOREVER)
+            .preference(preference);
+        let readers = RwLock::with_options(p.a.clone(), options.clone());
+        let writers = RwLock::with_options(
+            p.b.clone(),
+            options.wait(tairlock::WaitStrategy::Poll {
+                min: Duration::from_millis(10),
+                max: Duration::from_millis(20),
+            }),
+        );
+        let inside = readers.read("doc").await.unwrap();
+        let (publishes, evals) = (calls(server, "publish"), calls(server, "evalsha"));
+        let writer = {
+            let writers = writers.clone();
+            tokio::spawn(async move { writers.try_write_for("doc", Duration::from_secs(3)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let attempts = calls(server, "evalsha") - evals;
+        let announced = calls(server, "publish") - publishes;
+        assert!(
+            attempts >= 5,
+            "{preference:?}: the writer tried {attempts} times only"
+        );
+        assert_eq!(
+            announced, 1,
+            "{preference:?}: {announced} announcements in {attempts} tries"
+        );
+        assert!(
+            !writer.is_finished(),
+            "{preference:?}: a writer beside a reader"
+        );
+        inside.release().await.unwrap();
+        let w = tokio::time::timeout(PROMPT * 2, writer)
+            .await
+            .expect("the writer gets in once the reader leaves")
+            .unwrap()
+            .unwrap()
+            .expect("in time");
+        w.release().await.unwrap();
+    }
 }

@@ -1,6 +1,12 @@
-//! `tairlock inspect KEY`: which kind of lock the key names (forced by `--rw` or `--sem`, named
-//! by the key's suffix, or detected), and its report from [`admin`] (the expire lock),
-//! [`rw_inspect`] or [`sem_inspect`].
+//! `tairlock inspect KEY`: which kind of lock the key names (forced by `--rw`, `--sem` or
+//! `--legacy`, named by the key's suffix, or detected), and its report from [`admin`] (the
+//! expire lock), [`rw_inspect`], [`sem_inspect`] or [`legacy_inspect`].
+//!
+//! Detection, in order: a semaphore (the plain lock key absent, its holders key present), a
+//! reader/writer lock (the plain lock key absent, one of its keys present), a legacy key (KEY
+//! itself, exactly as given, holds a legacy timestamp and the plain lock key is absent), else
+//! the expire lock. A KEY that is not a valid lock name (a legacy key with braces, say) is
+//! looked at only as a legacy key.
 
 use std::process::ExitCode;
 
@@ -11,7 +17,7 @@ use tairlock_legacy::WatchStore;
 use crate::exit::{Exit, usage};
 use crate::flags::{KeyArgs, keyspace_of};
 use crate::target::StoreJob;
-use crate::{admin, rw_inspect, sem_inspect};
+use crate::{admin, legacy_inspect, rw_inspect, sem_inspect};
 
 /// `tairlock inspect`'s flags.
 #[derive(Args, Debug)]
@@ -25,6 +31,11 @@ pub struct InspectArgs {
     /// automatically when its keys exist).
     #[arg(long, conflicts_with = "rw")]
     sem: bool,
+    /// Inspect a legacy SETNX/GETSET lock: KEY exactly as the old code names it, holding a bare
+    /// Unix timestamp (seconds or ms); shows the expiry it encodes by the server's clock, the
+    /// key's TTL and the last fencing token (detected automatically when KEY holds one).
+    #[arg(long, conflicts_with_all = ["rw", "sem", "prefix"])]
+    legacy: bool,
 }
 
 /// Print `value` as pretty JSON.
@@ -35,48 +46,23 @@ fn print_json(value: &impl serde::Serialize) {
     );
 }
 
-/// `tairlock inspect`: a reader/writer lock when forced, named by a suffix, or detected; else
-/// the expire lock.
+/// `tairlock inspect`: a kind when forced, named by a suffix, or detected; else the expire
+/// lock.
 struct InspectJob {
-    keyspace: Keyspace,
-    name: String,
+    /// The lock's keyspace and name; `None` when KEY is no valid name (only a legacy key then).
+    lock: Option<(Keyspace, String)>,
+    /// KEY exactly as given: a legacy lock's key.
+    key: String,
     rw: bool,
     sem: bool,
+    legacy: bool,
     json: bool,
 }
 
-impl StoreJob for InspectJob {
-    type Output = ();
-
-    async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<()> {
-        if self.sem || (!self.rw && sem_inspect::detect(&store, &self.keyspace, &self.name).await?)
-        {
-            let report = sem_inspect::inspect(store, self.keyspace, &self.name).await?;
-            if self.json {
-                print_json(&report);
-            } else {
-                print!("{}", report.text());
-            }
-            return Ok(());
-        }
-        if self.rw || rw_inspect::detect(&store, &self.keyspace, &self.name).await? {
-            let locks = tairlock_rwlock::RwLock::with_options(
-                store,
-                tairlock_rwlock::Options::default().keyspace(self.keyspace),
-            );
-            let report = rw_inspect::inspect(&locks, &self.name).await?;
-            if self.json {
-                print_json(&report);
-            } else {
-                print!("{}", report.text());
-            }
-            return Ok(());
-        }
-        let locks = tairlock::ExpireLock::with_options(
-            store,
-            tairlock::Options::default().keyspace(self.keyspace),
-        );
-        let report = admin::inspect(&locks, &self.name).await?;
+impl InspectJob {
+    /// Print the legacy lock at KEY.
+    async fn legacy<S: WatchStore>(&self, store: &S) -> tairlock::Result<()> {
+        let report = legacy_inspect::inspect(store, &self.key).await?;
         if self.json {
             print_json(&report);
         } else {
@@ -86,33 +72,109 @@ impl StoreJob for InspectJob {
     }
 }
 
+impl StoreJob for InspectJob {
+    /// `false` when nothing was inspected: KEY is no valid lock name and holds no legacy lock.
+    type Output = bool;
+
+    async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<bool> {
+        if self.legacy {
+            self.legacy(&store).await?;
+            return Ok(true);
+        }
+        let Some((keyspace, name)) = self.lock.clone() else {
+            if legacy_inspect::detect(&store, &self.key, None).await? {
+                self.legacy(&store).await?;
+                return Ok(true);
+            }
+            return Ok(false);
+        };
+        if self.sem || (!self.rw && sem_inspect::detect(&store, &keyspace, &name).await?) {
+            let report = sem_inspect::inspect(store, keyspace, &name).await?;
+            if self.json {
+                print_json(&report);
+            } else {
+                print!("{}", report.text());
+            }
+            return Ok(true);
+        }
+        if self.rw || rw_inspect::detect(&store, &keyspace, &name).await? {
+            let locks = tairlock_rwlock::RwLock::with_options(
+                store,
+                tairlock_rwlock::Options::default().keyspace(keyspace),
+            );
+            let report = rw_inspect::inspect(&locks, &name).await?;
+            if self.json {
+                print_json(&report);
+            } else {
+                print!("{}", report.text());
+            }
+            return Ok(true);
+        }
+        let expire_key = keyspace.key(&name, "")?;
+        if !self.sem
+            && !self.rw
+            && legacy_inspect::detect(&store, &self.key, Some(&expire_key)).await?
+        {
+            self.legacy(&store).await?;
+            return Ok(true);
+        }
+        let locks = tairlock::ExpireLock::with_options(
+            store,
+            tairlock::Options::default().keyspace(keyspace),
+        );
+        let report = admin::inspect(&locks, &name).await?;
+        if self.json {
+            print_json(&report);
+        } else {
+            print!("{}", report.text());
+        }
+        Ok(true)
+    }
+}
+
 /// Run `tairlock inspect`: the report (or JSON) on stdout.
 pub fn command(args: InspectArgs) -> ExitCode {
-    let InspectArgs { key, rw, sem } = args;
+    let InspectArgs {
+        key,
+        rw,
+        sem,
+        legacy,
+    } = args;
     let target = match key.target() {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
+    if legacy && key.key.is_empty() {
+        return usage("the lock key is empty");
+    }
     let named_sem = sem_inspect::split_key(&key.key);
-    let sem = sem || named_sem.is_some();
-    let (prefix, name, named_rw) = match named_sem {
-        Some((prefix, name)) => (prefix, name, false),
+    let (prefix, name, named_rw) = match &named_sem {
+        Some((prefix, name)) => (prefix.clone(), name.clone(), false),
         None => rw_inspect::split_key(&key.key, &key.prefix),
     };
-    let keyspace = match keyspace_of(prefix, &name) {
-        Ok(keyspace) => keyspace,
-        Err(e) => return usage(e),
+    // A KEY that is no valid name may still be a legacy key: that is looked at, else this is
+    // the error.
+    let (lock, bad_name) = match keyspace_of(prefix, &name) {
+        Ok(keyspace) => (Some((keyspace, name)), None),
+        Err(e) if rw || sem => return usage(e),
+        Err(e) => (None, Some(e)),
     };
     let job = InspectJob {
-        keyspace,
-        name,
-        rw: rw || named_rw,
-        sem,
+        lock,
+        key: key.key.clone(),
+        rw: !legacy && (rw || named_rw),
+        sem: !legacy && (sem || named_sem.is_some()),
+        legacy,
         json: key.json,
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     match rt.block_on(target.on(job)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => usage(format!(
+            "{} (and {:?} holds no legacy lock timestamp)",
+            bad_name.unwrap_or_default(),
+            key.key
+        )),
         Err(e) => {
             eprintln!("tairlock: {e}");
             Exit::Store.into()

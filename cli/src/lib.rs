@@ -7,7 +7,8 @@
 //!   `tairlock-testing` crate.
 //! - [`bench_cmd`]: `tairlock bench`; its scenarios and table are in [`bench`](mod@bench).
 //! - [`inspect`]: `tairlock inspect`, which picks the report of [`admin`] (the expire lock),
-//!   [`rw_inspect`] (reader/writer locks) or [`sem_inspect`] (semaphores).
+//!   [`rw_inspect`] (reader/writer locks), [`sem_inspect`] (semaphores) or [`legacy_inspect`]
+//!   (legacy `SETNX`/`GETSET` keys).
 //! - [`unlock`]: `tairlock unlock --force`, for every lock kind.
 //! - [`run_args`]: `tairlock run`'s flags; `run` and `run::job` (Unix only): `tairlock run KEY
 //!   -- CMD…`, for every lock kind.
@@ -24,6 +25,7 @@ pub mod duration;
 pub mod exit;
 pub mod flags;
 pub mod inspect;
+pub mod legacy_inspect;
 pub mod logging;
 pub mod race;
 pub mod race_cmd;

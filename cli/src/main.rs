@@ -43,7 +43,9 @@ enum Command {
     Bench(BenchArgs),
     /// Show a lock's holder, expiry, remaining time and fencing token; for a reader/writer lock
     /// (--rw, or detected), the writer, the live readers with their leases, and writer intent;
-    /// for a semaphore (--sem, or detected), its holders with their permits and leases.
+    /// for a semaphore (--sem, or detected), its holders with their permits and leases; for a
+    /// legacy SETNX/GETSET key (--legacy, or detected), its timestamp, the expiry it encodes by
+    /// the server's clock, the key's TTL and the last fencing token.
     Inspect(InspectArgs),
     /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
     /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if

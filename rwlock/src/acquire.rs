@@ -3,9 +3,12 @@
 //! Waiting is the core's [engine](tairlock::engine), as for the mutex: by release notification
 //! (or polling), each wait bounded by the blocker's remaining time, in a local FIFO queue per
 //! lock name so that only the head of the queue talks to the server. A waiting writer under
-//! writer preference also re-asserts its intent at a third of the intent lease.
+//! writer preference also re-asserts its intent at a third of the intent lease; under reader
+//! preference it raises no intent, and announces once per wait, when first refused by live
+//! readers, that idle shared read holds should go.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tairlock::engine::{self, Attempt, Kind, Patience};
@@ -18,7 +21,7 @@ use crate::options::Preference;
 use crate::registry::OwnerKey;
 use crate::registry::Slot;
 use crate::share::{Armed, Shared};
-use crate::types::{ReadAttempt, WriteAttempt};
+use crate::types::{Blocker, ReadAttempt, WriteAttempt};
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,10 @@ struct Step<S: Store> {
     ttl: Duration,
     /// A waiting writer's intent lease, under writer preference.
     intent: Option<Duration>,
+    /// A waiting writer under reader preference: set until an attempt refused by live readers
+    /// has announced (on the intent channel) that idle shared read holds should go, so that it
+    /// is announced once per wait. Shared by the step's clones.
+    announce_idle: Option<Arc<AtomicBool>>,
     /// Reads join (or start) the client's shared read hold on the lock.
     share: bool,
 }
@@ -63,7 +70,7 @@ impl<S: Store> Step<S> {
         if let Some(notifier) = tairlock::notify::notifier_by(store.notifier(), None).await {
             let watch = notifier.register(&self.intent_channel);
             if watch.subscribed_by(None).await {
-                armed = Some(Armed::arm(store, watch).await);
+                armed = Some(Armed::arm(store, watch, rw.options().preference).await);
             }
         }
         match rw.read_acquire(name, nonce, ttl).await? {
@@ -80,6 +87,33 @@ impl<S: Store> Step<S> {
             }
             ReadAttempt::Blocked { remaining, .. } => Ok(Attempt::Busy { remaining }),
         }
+    }
+}
+
+impl<S: Store> Step<S> {
+    /// One `write_acquire`, announcing to idle shared read holds if this wait has not yet
+    /// (reader preference). A reply lost in flight leaves the flag up: the repeat announces
+    /// again, which is only a repeated hint.
+    async fn write_acquire(&self, nonce: &str) -> Result<WriteAttempt> {
+        let announce = self
+            .announce_idle
+            .as_ref()
+            .is_some_and(|pending| pending.load(Ordering::SeqCst));
+        let attempt = self
+            .rw
+            .leases
+            .write_acquire(&self.name, nonce, self.ttl, self.intent, announce)
+            .await?;
+        if announce
+            && let WriteAttempt::Blocked {
+                by: Blocker::Readers(_),
+                ..
+            } = attempt
+            && let Some(pending) = &self.announce_idle
+        {
+            pending.store(false, Ordering::SeqCst);
+        }
+        Ok(attempt)
     }
 }
 
@@ -125,7 +159,7 @@ impl<S: Store> Kind for Step<S> {
                 }
                 ReadAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
             },
-            Mode::Write => match rw.write_acquire(name, nonce, ttl, self.intent).await? {
+            Mode::Write => match self.write_acquire(nonce).await? {
                 WriteAttempt::Acquired(lease) => {
                     let cred = Credential::Write(lease.lease().clone());
                     Attempt::Acquired((
@@ -174,6 +208,13 @@ impl<S: Store> RwLock<S> {
             }
             _ => None,
         };
+        // Under reader preference a waiting writer raises no intent, so nothing would make
+        // other clients give back their idle, lingering shared read holds: it announces that
+        // instead, once per wait (a hint: holds with readers inside stay).
+        let announce_idle = (mode == Mode::Write
+            && self.options().preference == Preference::Reader
+            && patience.waits())
+        .then(|| Arc::new(AtomicBool::new(true)));
         let share = self.options().share_reads;
         if share
             && mode == Mode::Read
@@ -195,6 +236,7 @@ impl<S: Store> RwLock<S> {
             mode,
             ttl,
             intent,
+            announce_idle,
             share,
         };
         let waiters = &self.local.waiters;

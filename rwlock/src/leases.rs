@@ -123,8 +123,10 @@ impl<S: Store> Leases<S> {
     /// Single step: take the write lock with `nonce` for `lease` if no writer holds it and no
     /// live reader is in (and no other writer's intent is up); the lease carries a fencing
     /// token. When refused and `intent` is given, announce this writer's intent for that long
-    /// (re-asserting it when this nonce's intent is already up), so new readers stay out. One
-    /// round trip; safe to repeat with the same nonce.
+    /// (re-asserting it when this nonce's intent is already up), so new readers stay out. When
+    /// refused by live readers with no intent given and `announce_idle`, announce on the intent
+    /// channel that idle shared read holds should go (reader preference). One round trip; safe
+    /// to repeat with the same nonce (a repeated announcement is only a repeated hint).
     ///
     /// # Errors
     ///
@@ -136,6 +138,7 @@ impl<S: Store> Leases<S> {
         nonce: &str,
         lease: Duration,
         intent: Option<Duration>,
+        announce_idle: bool,
     ) -> Result<WriteAttempt> {
         let keys = self.keys(name)?;
         writer_nonce(nonce)?;
@@ -156,6 +159,7 @@ impl<S: Store> Leases<S> {
                     self.retention_ms(),
                     keys.intent_channel,
                     self.publish_command(),
+                    if announce_idle { "1" } else { "0" }.to_owned(),
                 ],
             )
             .await?;

@@ -50,7 +50,7 @@
 //! | `<prefix>{name}:wi` | string | the waiting writer's nonce (writer intent) | the intent lease (`PX`, default 1 s), re-asserted while it waits | `write_acquire` when refused; deleted when that writer acquires or gives up |
 //! | `<prefix>{name}:fence` | string | last fencing token issued | write lease + retention (60 s) | `write_acquire`, renew |
 //! | `<prefix>{name}:released` | pub/sub channel | `released` | — | write release, last reader's release, downgrade, abandon (waiters listen here) |
-//! | `<prefix>{name}:intent` | pub/sub channel | `intent` | — | `write_acquire` raising an intent against live readers (shared read holds listen here; waiters do not, so it wakes none) |
+//! | `<prefix>{name}:intent` | pub/sub channel | `intent`, or `idle` | — | `write_acquire` raising an intent against live readers, or under reader preference a waiting writer first refused by live readers (`idle`) (shared read holds listen here; waiters do not, so it wakes none) |
 //!
 //! # Key layout of [`TwoStepRwLock`]
 //!
@@ -91,8 +91,11 @@
 //!   `RwLock` value (and its clones) share one server reader entry, joined with no round trip;
 //!   an idle one lingers [`Options::linger`] (5 ms) for the next reader. A waiting writer's
 //!   intent, announced on the lock's channel, revokes it in every client: no more joins, given
-//!   back once its readers inside leave. Exclusion, loss reporting (every local reader of a lost
-//!   hold sees it lost), reentrancy and fencing are unchanged. See `docs/rwlock.md`.
+//!   back once its readers inside leave. Under [`Preference::Reader`] a waiting writer raises no
+//!   intent but announces itself once per wait: idle holds are given back at once, holds with
+//!   readers inside stay and take new readers (and no longer linger once idle). Exclusion,
+//!   loss reporting (every local reader of a lost hold sees it lost), reentrancy and fencing
+//!   are unchanged. See `docs/rwlock.md`.
 //! - **Bad input changes nothing.** A key of the lock holding a user's data (another type, or a
 //!   string that is not ours) gets a `WRONGTYPE`/`NOTLOCK` error
 //!   ([`ErrorKind::WrongType`](tairlock::ErrorKind::WrongType)); nothing is written.

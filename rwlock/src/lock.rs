@@ -113,7 +113,9 @@ impl<S: Store> RwLock<S> {
         lease: Duration,
         intent: Option<Duration>,
     ) -> Result<WriteAttempt> {
-        self.leases.write_acquire(name, nonce, lease, intent).await
+        self.leases
+            .write_acquire(name, nonce, lease, intent, false)
+            .await
     }
 
     /// Single step: remove the reader `nonce`. True when it was a live reader; false when its

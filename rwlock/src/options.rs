@@ -15,7 +15,9 @@ pub enum Preference {
     #[default]
     Writer,
     /// Readers enter whenever no writer *holds* the lock (Redisson's `RReadWriteLock`): the most
-    /// read throughput, and a writer may starve under continuous reads.
+    /// read throughput, and a writer may starve under continuous reads. A waiting writer raises
+    /// no intent; with shared read holds it still asks other clients, once per wait, to give
+    /// back their idle ones.
     Reader,
 }
 
@@ -40,12 +42,14 @@ pub struct Options {
     pub wait: tairlock::WaitStrategy,
     /// Whether the local readers of a lock share one server read hold (default off): the first
     /// reader's acquire reaches the server, later ones join it with no round trip, and the last
-    /// one's release gives it back (or lets it linger). A writer's intent revokes it. Needs
+    /// one's release gives it back (or lets it linger). A writer's intent revokes it; under
+    /// reader preference a waiting writer's announcement gives it back only when idle. Needs
     /// release notifications (a store without them reads unshared). See `docs/rwlock.md`.
     pub share_reads: bool,
     /// With `share_reads`: how long an idle shared read hold is kept for
     /// the next local reader before it is given back (default 5 ms; zero: given back at once).
-    /// A writer's intent ends it at once; one that was not heard waits at most this long.
+    /// A waiting writer's announcement (its intent, or under reader preference its hint) ends
+    /// it at once; one that was not heard waits at most this long.
     pub linger: Duration,
     /// The bound on automatic renewal (default none), as the core's
     /// [`Options::max_hold`](tairlock::Options#structfield.max_hold): the watchdog never renews

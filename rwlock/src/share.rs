@@ -11,6 +11,13 @@
 //! idle, else when its last local reader leaves. New local readers then go to the server, where
 //! the writer's intent keeps them out until the writer has had its turn.
 //!
+//! Under [`Preference::Reader`] (the listening client's own preference) a writer's intent
+//! keeps no reader out, so a message is only a hint ([`Shared::give_back_idle`]): an idle hold
+//! is released at once, and a hold with readers inside stays and still takes new local readers,
+//! but no longer lingers once idle. A waiting writer under reader preference raises no intent;
+//! it publishes that hint on the same channel, once per wait, when first refused by live
+//! readers.
+//!
 //! Every local reader of a hold shares its liveness: a lost hold (its renewal found it gone, or
 //! its local deadline passed) is lost for all of them at once, and nobody joins it any more.
 
@@ -24,6 +31,7 @@ use tairlock::{Error, ErrorKind, Result, Store};
 use tokio::sync::oneshot;
 
 use crate::hold::Hold;
+use crate::options::Preference;
 use crate::share_state::{Leave, ShareState};
 use crate::types::Release;
 
@@ -41,8 +49,9 @@ pub(crate) struct Armed<S: Store> {
 
 impl<S: Store> Armed<S> {
     /// Start listening on `watch` (subscribed already): returns once a message published from
-    /// now on is sure to be heard. Dropping the result ends the listener.
-    pub(crate) async fn arm(store: &S, watch: Watch) -> Self {
+    /// now on is sure to be heard. Dropping the result ends the listener. A message revokes the
+    /// hold under writer `preference`, and only gives it back when idle under reader preference.
+    pub(crate) async fn arm(store: &S, watch: Watch, preference: Preference) -> Self {
         let (armed_tx, armed_rx) = oneshot::channel();
         let (go, go_rx) = oneshot::channel::<Arc<Shared<S>>>();
         tairlock::blocking::spawn_handle(store.runtime()).spawn(async move {
@@ -53,7 +62,10 @@ impl<S: Store> Armed<S> {
                 return;
             };
             tokio::select! {
-                () = notified => shared.revoke(),
+                () = notified => match preference {
+                    Preference::Writer => shared.revoke(),
+                    Preference::Reader => shared.give_back_idle(),
+                },
                 // Released or lost: nothing left to revoke.
                 () = shared.hold.lost() => {}
             }
@@ -97,6 +109,15 @@ impl<S: Store> Shared<S> {
     /// background).
     pub(crate) fn revoke(self: &Arc<Self>) {
         if self.state.lock().revoke() {
+            self.release_in_background();
+        }
+    }
+
+    /// A writer waits, under reader preference: an idle hold is released now (in the
+    /// background); one with readers inside stays open to new local readers, and is released
+    /// as soon as it is idle instead of lingering.
+    pub(crate) fn give_back_idle(self: &Arc<Self>) {
+        if self.state.lock().give_back_idle() {
             self.release_in_background();
         }
     }

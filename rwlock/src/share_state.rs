@@ -7,6 +7,7 @@
 //! | [`join`](ShareState::join) | a local reader wants in | admitted (count + 1) unless revoked or closed |
 //! | [`leave`](ShareState::leave) | a local reader leaves | count − 1; the last one releases (revoked, or no linger) or lingers |
 //! | [`revoke`](ShareState::revoke) | a writer's intent was heard, or a local writer started | no more joins; releases now when idle |
+//! | [`give_back_idle`](ShareState::give_back_idle) | a waiting writer was heard under reader preference | releases now when idle; joins still admitted, but the hold no longer lingers once idle |
 //! | [`linger_over`](ShareState::linger_over) | the linger of an idle hold passed | releases unless someone joined meanwhile |
 //!
 //! *Closed* means the server release has been decided (exactly once): from then on nobody
@@ -28,6 +29,8 @@ pub(crate) enum Leave {
 pub(crate) struct ShareState {
     readers: usize,
     revoked: bool,
+    /// A writer waits (reader preference): once idle, release at once instead of lingering.
+    unwanted_idle: bool,
     closed: bool,
     lingers: bool,
     /// Bumped by every join: a linger timer started before a join finds it moved.
@@ -60,7 +63,7 @@ impl ShareState {
         if self.readers > 0 || self.closed {
             return Leave::Stay;
         }
-        if self.revoked || !self.lingers {
+        if self.revoked || self.unwanted_idle || !self.lingers {
             self.closed = true;
             return Leave::Release;
         }
@@ -70,6 +73,17 @@ impl ShareState {
     /// A writer wants in: no more joins; true when the caller must release now (idle).
     pub(crate) fn revoke(&mut self) -> bool {
         self.revoked = true;
+        if self.readers == 0 && !self.closed {
+            self.closed = true;
+            return true;
+        }
+        false
+    }
+
+    /// A writer waits under reader preference: joins are still admitted, but an idle hold
+    /// lingers no more; true when the caller must release now (idle).
+    pub(crate) fn give_back_idle(&mut self) -> bool {
+        self.unwanted_idle = true;
         if self.readers == 0 && !self.closed {
             self.closed = true;
             return true;
@@ -94,5 +108,32 @@ impl ShareState {
     /// Whether more local readers may join (neither revoked nor closed).
     pub(crate) fn is_open(&self) -> bool {
         !self.revoked && !self.closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Leave, ShareState};
+
+    #[test]
+    fn giving_back_an_idle_hold_releases_it_now_and_a_busy_one_once_idle_without_lingering() {
+        // Idle and lingering: released now, nobody joins any more.
+        let mut idle = ShareState::new(true);
+        let Leave::Linger(generation) = idle.leave() else {
+            panic!("an idle hold lingers");
+        };
+        assert!(idle.give_back_idle());
+        assert!(!idle.linger_over(generation), "released once only");
+        assert!(!idle.join());
+
+        // Readers inside: it stays, and still takes new readers (reader preference).
+        let mut busy = ShareState::new(true);
+        assert!(!busy.give_back_idle());
+        assert!(busy.is_open());
+        assert!(busy.join());
+        assert_eq!(busy.leave(), Leave::Stay);
+        // Idle again: released at once instead of lingering.
+        assert_eq!(busy.leave(), Leave::Release);
+        assert!(!busy.give_back_idle(), "released once only");
     }
 }

@@ -60,7 +60,11 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
     shared
         .live
         .watchdog(shared.ttl / 3, || async move {
-            match shared.renew(shared.ttl).await {
+            // Past `SemaphoreOptions::max_hold`, renew no more; before it, never past it.
+            let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
+                return Renewal::Stop;
+            };
+            match shared.renew(ttl).await {
                 Ok(Some(deadline)) => shared.live.renewed(Some(deadline)),
                 Ok(None) => Renewal::Lost,
                 // No answer, or a refusal: tried again until the deadline passes.
@@ -74,6 +78,8 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
 ///
 /// A watchdog renews the holder's lease at a third of
 /// [`watchdog_lease`](super::SemaphoreOptions::watchdog_lease) for as long as the guard lives.
+/// With [`max_hold`](super::SemaphoreOptions::max_hold) it renews no lease past that long
+/// after the acquisition, and the guard is lost when the last lease runs out.
 /// When a renewal finds the holder gone, or none is answered before the lease's local deadline,
 /// the guard is lost: [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) resolves.
 /// Release it with [`release`](Self::release) to learn the outcome; dropping it releases in
@@ -110,6 +116,9 @@ impl<S: Store> PermitGuard<S> {
             permit,
             ttl,
         });
+        if let Some(max_hold) = shared.sem.options().max_hold {
+            shared.live.renew_until(Instant::now() + max_hold);
+        }
         let handle = crate::blocking::spawn_handle(shared.sem.store().runtime())
             .spawn(watchdog(shared.clone()))
             .abort_handle();

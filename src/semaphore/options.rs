@@ -25,6 +25,14 @@ pub struct SemaphoreOptions {
     /// In fair mode, how long a waiter's place lasts unless refreshed (default 2 s): a crashed
     /// waiter holds up those behind it at most this long.
     pub waiter_lease: Duration,
+    /// The bound on automatic renewal (default none), as the expire lock's
+    /// [`Options::max_hold`](crate::Options#structfield.max_hold): the watchdog never renews a
+    /// holder's lease past this long after its guard was made (a renewal near the end asks only
+    /// for the time left), so the lease runs out about `max_hold` after the acquisition, the
+    /// guard is lost then ([`PermitGuard::is_lost`](super::PermitGuard::is_lost),
+    /// [`lost`](super::PermitGuard::lost)), and the permits come back to the others. An explicit
+    /// [`PermitGuard::renew`](super::PermitGuard::renew) is not bounded by it.
+    pub max_hold: Option<Duration>,
 }
 
 impl Default for SemaphoreOptions {
@@ -36,6 +44,7 @@ impl Default for SemaphoreOptions {
             wait: WaitStrategy::default(),
             fair: false,
             waiter_lease: Duration::from_secs(2),
+            max_hold: None,
         }
     }
 }
@@ -74,6 +83,13 @@ impl SemaphoreOptions {
     /// The waiter lease of the fair mode.
     pub fn waiter_lease(mut self, lease: Duration) -> Self {
         self.waiter_lease = lease;
+        self
+    }
+
+    /// Bound automatic renewal: see
+    /// [`SemaphoreOptions::max_hold`](Self#structfield.max_hold).
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 }

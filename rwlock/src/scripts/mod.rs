@@ -4,7 +4,7 @@
 //! | operation | KEYS | ARGV | reply |
 //! |---|---|---|---|
 //! | [`READ_ACQUIRE`] | w, r, wi | nonce, lease ms, honour intent | `{1, expiry, readers}` / `{0, 'writer'\|'intent', pttl}` |
-//! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms, [intent channel, [publish cmd]] | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
+//! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms, [intent channel, [publish cmd, [announce idle]]] | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
 //! | [`READ_RELEASE`] | r | nonce, channel, [publish cmd] | `1` / `-1` |
 //! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry}` / `{-1}` |
 //! | [`WRITE_ABANDON`] | w, wi | nonce, channel, [publish cmd] | keys deleted |

@@ -14,6 +14,10 @@
 --            sharing an idle read hold give it back at once (waiters listen on the release
 --            channel, not here: an intent does not wake them)
 --   ARGV[6]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
+--   ARGV[7]  optional: '1' to announce on ARGV[5] ('idle') when refused by live readers without
+--            raising an intent: a waiting writer under reader preference, once per wait, so
+--            that clients give back their *idle* shared read holds (holds with readers inside
+--            stay, and take new readers)
 -- Returns
 --   {1, lease}                      taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by
 --                                   server time (also when this nonce already holds it: a retry)
@@ -104,6 +108,11 @@ if intent_ms > 0 and (not intent or intent == ARGV[1]) then
     if ARGV[6] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[5], 'intent')) == 'table' then
       redis.pcall('PUBLISH', ARGV[5], 'intent')
     end
+  end
+elseif ARGV[7] == '1' and blocker == 'readers' and ARGV[5] then
+  -- Reader preference: no intent, only the hint to give back idle holds.
+  if ARGV[6] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[5], 'idle')) == 'table' then
+    redis.pcall('PUBLISH', ARGV[5], 'idle')
   end
 end
 return {0, blocker, remaining, readers}

@@ -5,8 +5,8 @@ use tairlock::scripts::{format_lease, read_fence};
 
 use super::db::{ends_with_nonce, intent, reap, typed, writer_lease};
 
-/// Take the write lock if nobody reads or writes, or announce this writer's intent. Lua:
-/// `write_acquire.lua`.
+/// Take the write lock if nobody reads or writes, or announce this writer's intent (or, under
+/// reader preference, only that idle shared read holds should go). Lua: `write_acquire.lua`.
 pub static WRITE_ACQUIRE: Script = Script::new(
     "rw_write_acquire",
     include_str!("write_acquire.lua"),
@@ -75,6 +75,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         {
             db.publish(channel);
         }
+    } else if args.get(6).is_some_and(|a| a == "1")
+        && blocker == "readers"
+        && let Some(channel) = args.get(4)
+    {
+        // Reader preference: no intent, only the hint to give back idle holds.
+        db.publish(channel);
     }
     Ok(Reply::Array(vec![
         Reply::Int(0),

@@ -23,7 +23,7 @@ pub struct Lease {
     deadline: Option<tokio::time::Instant>,
     /// Handed over by a fair release's announcement and not confirmed yet: it lasts only the
     /// waiter lease, and its holder confirms it (a renewal to the full length) at once.
-    one_hop: bool,
+    unconfirmed: bool,
 }
 
 impl Lease {
@@ -43,7 +43,7 @@ impl Lease {
             fence,
             nonce_at: value.len() - nonce.len(),
             deadline: None,
-            one_hop: false,
+            unconfirmed: false,
         })
     }
 
@@ -54,14 +54,14 @@ impl Lease {
 
     /// Mark as handed over by a grant announcement, not confirmed yet.
     pub(crate) fn unconfirmed(mut self) -> Self {
-        self.one_hop = true;
+        self.unconfirmed = true;
         self
     }
 
     /// Whether this lease was handed over by a fair release's announcement and not confirmed
     /// yet (it lasts only the waiter lease until its holder renews it).
     pub(crate) fn is_unconfirmed(&self) -> bool {
-        self.one_hop
+        self.unconfirmed
     }
 
     /// The stored value, exactly.

@@ -4,6 +4,9 @@
 //! hash slot). A [`Notifier`] is shared by everything that uses one store handle; a message wakes
 //! the local watchers of its channel, and the lock kinds make sure only one of them (the head of
 //! the key's local queue) talks to the server, so N local waiters cost O(1) commands per handoff.
+//! A message's payload is kept for the watchers to read ([`Watch::messages_after`], the latest
+//! [`KEPT_MESSAGES`] per channel): the fair mode's grant announcement hands the lock over with
+//! it (see [`fair`](crate::fair)); every other payload only means "released".
 //!
 //! | store | announced with | heard through |
 //! |---|---|---|

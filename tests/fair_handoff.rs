@@ -52,6 +52,7 @@ on_both_stores!(
     a_granted_waiter_holds_without_another_command,
     a_lost_announcement_still_ends_in_the_hold_through_the_refresh,
     a_grant_for_another_nonce_does_not_hand_over_the_lock,
+    a_grant_whose_confirmation_finds_it_gone_is_lost,
 );
 
 /// Every command sent through the stores that share it, in order: the script's name for a
@@ -313,4 +314,49 @@ async fn a_grant_for_another_nonce_does_not_hand_over_the_lock<S: TestStore>(env
     assert_ne!(next.lease().nonce(), OTHER);
     assert!(next.fence() > granted.fence());
     next.release().await.unwrap();
+}
+
+/// Deletes the lock key just before the first renewal it sees runs: the guard's confirmation
+/// of a one-hop grant then finds the lease gone.
+struct GoneBeforeConfirm<S> {
+    store: S,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl<S: Store> Hook for GoneBeforeConfirm<S> {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        let renew = matches!(command, Command::Eval { script, .. } if script.name() == "renew");
+        if renew && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(async move {
+                self.store.del(&lock_key()).await?;
+                run.await
+            });
+        }
+        run
+    }
+}
+
+async fn a_grant_whose_confirmation_finds_it_gone_is_lost<S: TestStore>(env: Env<S>) {
+    let options = Options::default()
+        .fair(true)
+        .waiter_lease(Duration::from_secs(20));
+    let holder = env.locks_with(options.clone());
+    let hook = GoneBeforeConfirm {
+        store: env.store.clone(),
+        armed: std::sync::atomic::AtomicBool::new(true),
+    };
+    let waiter = ExpireLock::with_options(Intercept::new(env.store.clone(), hook), options);
+    let guard = holder.lock(NAME).await.unwrap();
+    let next = tokio::spawn(async move { waiter.lock(NAME).await.unwrap() });
+    queued(&env.store, 1).await;
+    tokio::time::sleep(ms(300)).await;
+    guard.release().await.unwrap();
+    let next = next.await.unwrap();
+    // The confirmation (a renewal) finds the lock gone: lost the usual way, at once, not at the
+    // grant's deadline 20 s later.
+    tokio::time::timeout(Duration::from_secs(5), next.lost())
+        .await
+        .expect("the failed confirmation did not lose the guard");
+    assert!(next.is_lost());
+    assert!(env.locks().try_lock(NAME).await.unwrap().is_some());
 }

@@ -142,6 +142,18 @@ pub trait Kind: Clone + Send + Sync + 'static {
         None
     }
 
+    /// Whether the wake-up message `message` hands this acquisition (under `nonce`) the lock at
+    /// once, without another attempt: `Some` with what it holds, dated conservatively from
+    /// `sent` (when the last attempt, refused, was sent). Asked only after a notification woke
+    /// a waiter whose last attempt was refused, for each message delivered since that attempt
+    /// was sent. Must be safe against lost, repeated and stale messages: answer `Some` only
+    /// when the message proves the lock is this nonce's now, and until the deadline given.
+    /// Default: never (the next attempt finds out).
+    fn granted(&self, nonce: &str, message: &str, sent: Instant) -> Option<Self::Held> {
+        let _ = (nonce, message, sent);
+        None
+    }
+
     /// The kind's label in traces and metrics ([`observe`](crate::observe)): `expire`, `fair`,
     /// `read`, ... — never the lock's name.
     fn label(&self) -> &'static str {
@@ -463,6 +475,9 @@ async fn acquire_observed<K: Kind>(
         // A message counts only on a subscription confirmed before the attempt: a release
         // announced before that went unheard.
         let listening = watch.as_ref().is_some_and(Watch::is_subscribed);
+        // Messages delivered from here on may hand the lock over (Kind::granted). Read before
+        // the wake-up is enabled: a message in between is then seen by the attempt, or here.
+        let cursor = watch.as_ref().map(Watch::cursor);
         let notified = watch.as_ref().map(Watch::notified);
         let mut notified = pin!(notified);
         if let Some(n) = notified.as_mut().as_pin_mut() {
@@ -479,6 +494,7 @@ async fn acquire_observed<K: Kind>(
         // store's whole connection timeout): past the deadline its outcome is unknown, and the
         // armed cleanup undoes whatever the nonce may hold. A first attempt gets at least
         // `MIN_ATTEMPT`, so a tiny patience still tries once.
+        let sent = Instant::now();
         let attempt = kind.attempt(&cleanup.nonce);
         let answer = match deadline {
             Some(deadline) => {
@@ -555,6 +571,17 @@ async fn acquire_observed<K: Kind>(
         })
         .await;
         observed.woke(woken_by_notification);
+        if woken_by_notification && let (Some(w), Some(cursor)) = (&watch, cursor) {
+            // A one-hop handoff: the release told us the lock is ours; no attempt needed.
+            let granted = w
+                .messages_after(cursor)
+                .iter()
+                .find_map(|message| kind.granted(&cleanup.nonce, message, sent));
+            if let Some(held) = granted {
+                cleanup.armed = false;
+                return Ok(Some(held));
+            }
+        }
     }
 }
 

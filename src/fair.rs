@@ -11,11 +11,26 @@
 //! - **Direct handoff**: a release ([`ExpireLock::expire_unlock`] in fair mode, so every guard's
 //!   release) grants the lock in the same step to the first live waiter — a lease for that
 //!   waiter's nonce, for its waiter lease, with a strictly larger fencing token — and announces
-//!   `granted` on that waiter's wake channel (`<release channel>:w:<client id>`, one per client
-//!   and lock, in the lock's slot), so exactly that client wakes. Its next attempt finds the
-//!   lock held under its nonce and confirms it: the lease becomes the full length, same fence.
-//!   A granted waiter that died delays the next by at most its waiter lease; a lost announcement
-//!   costs the granted waiter at most a third of its waiter lease (its next refresh).
+//!   the grant on that waiter's wake channel (`<release channel>:w:<client id>`, one per client
+//!   and lock, in the lock's slot), so exactly that client wakes. A granted waiter that died
+//!   delays the next by at most its waiter lease.
+//! - **One-hop handoff**: the announcement carries the grant (table below), so a waiting
+//!   [`lock`](ExpireLock::lock) (every call that returns a guard) holds as soon as it reads it,
+//!   without another round trip, until a conservative local deadline: the grant was made after
+//!   the waiter's last attempt ran (its fencing token is above the mark that attempt returned),
+//!   so after that attempt was *sent*, and it lasts the grant's length from then:
+//!   deadline = that send + grant length − drift ([`local_deadline`](crate::engine::local_deadline)).
+//!   The guard then confirms the lease at once in the background: a renewal
+//!   ([`ExpireLock::renew`]) to the full length, same fence; a definite refusal loses the
+//!   guard the usual way ([`LockGuard::is_lost`](crate::LockGuard::is_lost)). A grant for
+//!   another nonce, a repeated or stale announcement, or one read too late is ignored: the next
+//!   attempt finds the lock held under its nonce and confirms it, as does the waiter's next
+//!   refresh when the announcement was lost (at most a third of its waiter lease later).
+//!
+//! | message on the wake channel | meaning |
+//! |---|---|
+//! | `granted:<grant ms>:<lease>` | the lock was granted as `<lease>` (`tl1:<expiry ms>:<fence>:<nonce>`, the nonce the waiter's attempts sent) for `<grant ms>` ms from the release |
+//! | anything else | a wake-up: attempt again |
 //! - **Leaving**: a waiter that times out or is cancelled leaves the queue, and releases (and
 //!   hands on) a grant it may have received meanwhile.
 //! - **Mixing fair and plain clients on one lock**: exclusion holds regardless — every client
@@ -29,6 +44,7 @@
 //! release or leave finds nothing of its own.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -85,6 +101,18 @@ impl<S: Store> ExpireLock<S> {
         nonce: &str,
         queue: bool,
     ) -> Result<FairAttempt> {
+        Ok(self.fair_attempt_marked(name, ttl, nonce, queue).await?.0)
+    }
+
+    /// [`fair_attempt`](Self::fair_attempt), with the mark of a busy answer: every grant made
+    /// after the attempt ran has a larger fencing token (0 when the server did not say).
+    async fn fair_attempt_marked(
+        &self,
+        name: &str,
+        ttl: Duration,
+        nonce: &str,
+        queue: bool,
+    ) -> Result<(FairAttempt, u64)> {
         let keys = self.fair_keys(name)?;
         let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
         let args = [
@@ -99,14 +127,21 @@ impl<S: Store> ExpireLock<S> {
         let reply = self.eval_retrying(&FAIR_LOCK, &keys, &args).await?;
         let items = array(&reply, &FAIR_LOCK)?;
         match items.first().and_then(Reply::as_int) {
-            Some(1) => Ok(FairAttempt::Acquired(
-                lease_at(items, 1, &FAIR_LOCK)?.with_deadline(deadline(sent, ttl)),
+            Some(1) => Ok((
+                FairAttempt::Acquired(
+                    lease_at(items, 1, &FAIR_LOCK)?.with_deadline(deadline(sent, ttl)),
+                ),
+                0,
             )),
             Some(0) => {
                 let pttl = items.get(1).and_then(Reply::as_int).unwrap_or(0).max(0);
-                Ok(FairAttempt::Busy {
-                    remaining: Duration::from_millis(pttl as u64),
-                })
+                let mark = items.get(2).and_then(Reply::as_int).unwrap_or(0).max(0);
+                Ok((
+                    FairAttempt::Busy {
+                        remaining: Duration::from_millis(pttl as u64),
+                    },
+                    mark as u64,
+                ))
             }
             _ => Err(unexpected(&FAIR_LOCK, &reply)),
         }
@@ -150,12 +185,14 @@ impl<S: Store> ExpireLock<S> {
             .ok_or_else(|| unexpected(&FAIR_UNLOCK, &reply))
     }
 
-    /// The fair mode's steps for `name`.
+    /// The fair mode's steps for `name`; with `one_hop`, a grant announcement is taken as the
+    /// lock at once (for a holder that confirms it: a guard).
     pub(crate) fn fair_step(
         &self,
         name: &str,
         ttl: Duration,
         patience: Patience,
+        one_hop: bool,
     ) -> Result<Step<S>> {
         ttl_ms(ttl)?;
         let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
@@ -165,6 +202,31 @@ impl<S: Store> ExpireLock<S> {
             wake: wake.into(),
             ttl,
             queue: patience.waits(),
+            one_hop,
+            mark: Arc::default(),
+        })
+    }
+}
+
+/// A grant announced on a wake channel: `granted:<grant ms>:<lease>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// How long the grant lasts from the release.
+    pub(crate) length: Duration,
+    /// The lease granted (its nonce is the waiter's).
+    pub(crate) lease: Lease,
+}
+
+impl Grant {
+    /// Parse an announcement; `None` for anything but a well-formed grant.
+    pub(crate) fn parse(message: &str) -> Option<Grant> {
+        let (length, lease) = message.strip_prefix("granted:")?.split_once(':')?;
+        if length.is_empty() || !length.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Grant {
+            length: Duration::from_millis(length.parse().ok()?),
+            lease: Lease::parse(lease)?,
         })
     }
 }
@@ -193,6 +255,11 @@ pub(crate) struct Step<S: Store> {
     ttl: Duration,
     /// Whether a busy attempt queues (a waiting call) or not (a single attempt).
     queue: bool,
+    /// Whether a grant announcement is taken as the lock without another attempt.
+    one_hop: bool,
+    /// The mark of the last busy answer (see [`FAIR_LOCK`]): only a grant with a larger
+    /// fencing token was made after that attempt ran. Shared by the clones of one acquisition.
+    mark: Arc<AtomicU64>,
 }
 
 impl<S: Store> Kind for Step<S> {
@@ -216,16 +283,37 @@ impl<S: Store> Kind for Step<S> {
     }
 
     async fn attempt(&self, nonce: &str) -> Result<Attempt<Lease>> {
-        let outcome = self
+        // Until this attempt answers, no grant announcement is trusted: it may be older.
+        self.mark.store(u64::MAX, Ordering::SeqCst);
+        let (outcome, mark) = self
             .locks
-            .fair_attempt(&self.name, self.ttl, nonce, self.queue)
+            .fair_attempt_marked(&self.name, self.ttl, nonce, self.queue)
             .await?;
         Ok(match outcome {
             FairAttempt::Acquired(lease) => Attempt::Acquired(lease),
-            FairAttempt::Busy { remaining } => Attempt::Busy {
-                remaining: Some(remaining),
-            },
+            FairAttempt::Busy { remaining } => {
+                if mark > 0 {
+                    self.mark.store(mark, Ordering::SeqCst);
+                }
+                Attempt::Busy {
+                    remaining: Some(remaining),
+                }
+            }
         })
+    }
+
+    fn granted(&self, nonce: &str, message: &str, sent: Instant) -> Option<Lease> {
+        if !self.one_hop {
+            return None;
+        }
+        let grant = Grant::parse(message)?;
+        // Ours, and made after our last attempt ran (so after it was sent): not a grant to
+        // another acquisition sharing the wake channel, nor a stale one that may have lapsed.
+        if grant.lease.nonce() != nonce || grant.lease.fence() <= self.mark.load(Ordering::SeqCst) {
+            return None;
+        }
+        let deadline = crate::engine::local_deadline(sent, grant.length);
+        (deadline > Instant::now()).then(|| grant.lease.with_deadline(deadline).unconfirmed())
     }
 
     async fn undo(self, nonce: String) {
@@ -285,5 +373,83 @@ impl<S: Store> ExpireLock<S> {
             "blocking_fair_leave",
             self.fair_leave(name, nonce),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use crate::Options;
+
+    const NONCE: &str = "00ff00ff";
+
+    fn step() -> Step<MemoryStore> {
+        let locks = ExpireLock::with_options(MemoryStore::new(), Options::default().fair(true));
+        locks
+            .fair_step("job", Duration::from_secs(30), Patience::Forever, true)
+            .unwrap()
+    }
+
+    fn grant(fence: u64, nonce: &str) -> String {
+        format!("granted:2000:tl1:1700000002000:{fence}:{nonce}")
+    }
+
+    #[test]
+    fn a_grant_announcement_parses_and_nothing_else_does() {
+        let g = Grant::parse(&grant(42, NONCE)).unwrap();
+        assert_eq!(g.length, Duration::from_millis(2000));
+        assert_eq!((g.lease.fence(), g.lease.nonce()), (42, NONCE));
+        for other in [
+            "released",
+            "granted",
+            "granted:",
+            "granted:2000",
+            "granted:x:tl1:1:2:ab",
+            "granted:-1:tl1:1:2:ab",
+            "granted:2000:tl1:1:2:",
+            "granted:2000:not-a-lease",
+        ] {
+            assert_eq!(Grant::parse(other), None, "{other}");
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_grant_to_this_nonce_made_after_its_last_attempt_hands_over() {
+        let step = step();
+        let sent = Instant::now();
+        // Before any busy answer, nothing is trusted.
+        step.mark.store(u64::MAX, Ordering::SeqCst);
+        assert!(step.granted(NONCE, &grant(50, NONCE), sent).is_none());
+        step.mark.store(42, Ordering::SeqCst);
+        // Another nonce's grant; a grant no newer than the mark (it may have lapsed since).
+        assert!(step.granted(NONCE, &grant(50, "00aa"), sent).is_none());
+        assert!(step.granted(NONCE, &grant(42, NONCE), sent).is_none());
+        assert!(step.granted(NONCE, "released", sent).is_none());
+        let lease = step.granted(NONCE, &grant(43, NONCE), sent).unwrap();
+        assert!(lease.is_unconfirmed());
+        assert_eq!(
+            lease.deadline(),
+            Some(crate::engine::local_deadline(
+                sent,
+                Duration::from_millis(2000)
+            ))
+        );
+        // Read too late: its deadline has passed.
+        let long_ago = Instant::now() - Duration::from_secs(3);
+        assert!(step.granted(NONCE, &grant(43, NONCE), long_ago).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_step_without_one_hop_takes_no_announcement() {
+        let locks = ExpireLock::with_options(MemoryStore::new(), Options::default().fair(true));
+        let step = locks
+            .fair_step("job", Duration::from_secs(30), Patience::Forever, false)
+            .unwrap();
+        step.mark.store(42, Ordering::SeqCst);
+        assert!(
+            step.granted(NONCE, &grant(43, NONCE), Instant::now())
+                .is_none()
+        );
     }
 }

@@ -21,6 +21,9 @@ pub struct Lease {
     fence: u64,
     nonce_at: usize,
     deadline: Option<tokio::time::Instant>,
+    /// Handed over by a fair release's announcement and not confirmed yet: it lasts only the
+    /// waiter lease, and its holder confirms it (a renewal to the full length) at once.
+    unconfirmed: bool,
 }
 
 impl Lease {
@@ -40,12 +43,25 @@ impl Lease {
             fence,
             nonce_at: value.len() - nonce.len(),
             deadline: None,
+            unconfirmed: false,
         })
     }
 
     pub(crate) fn with_deadline(mut self, deadline: tokio::time::Instant) -> Self {
         self.deadline = Some(deadline);
         self
+    }
+
+    /// Mark as handed over by a grant announcement, not confirmed yet.
+    pub(crate) fn unconfirmed(mut self) -> Self {
+        self.unconfirmed = true;
+        self
+    }
+
+    /// Whether this lease was handed over by a fair release's announcement and not confirmed
+    /// yet (it lasts only the waiter lease until its holder renews it).
+    pub(crate) fn is_unconfirmed(&self) -> bool {
+        self.unconfirmed
     }
 
     /// The stored value, exactly.

@@ -380,7 +380,7 @@ impl<S: Store> ExpireLock<S> {
             };
             for (i, name) in names.iter().enumerate() {
                 let taken = tokio::select! {
-                    taken = self.acquire_lease(name, ttl, patience) => taken,
+                    taken = self.acquire_lease(name, ttl, patience, false) => taken,
                     // A lease taken earlier was lost while this one was awaited.
                     () = held.live.lost(), if i > 0 => {
                         rollback.now().await;

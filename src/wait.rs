@@ -111,16 +111,20 @@ async fn pause(give_up: Instant) -> bool {
 }
 
 impl<S: Store> ExpireLock<S> {
+    /// Acquire `name` for `ttl`. With `one_hop` (for a holder that confirms an unconfirmed lease
+    /// at once: a [`LockGuard`]), a fair waiter takes a grant announcement as the lock; see
+    /// [`fair`](crate::fair).
     pub(crate) async fn acquire_lease(
         &self,
         name: &str,
         ttl: Duration,
         patience: Patience,
+        one_hop: bool,
     ) -> Result<Option<Lease>> {
         crate::expire_lock::ttl_ms(ttl)?;
         let wait = self.options().wait;
         if self.options().fair {
-            let step = self.fair_step(name, ttl, patience)?;
+            let step = self.fair_step(name, ttl, patience, one_hop)?;
             return engine::acquire(&self.local, name, wait, patience, step).await;
         }
         let keys = self.keys(name)?;
@@ -144,7 +148,7 @@ impl<S: Store> ExpireLock<S> {
             None => (self.options().watchdog_lease, true),
         };
         Ok(self
-            .acquire_lease(name, ttl, patience)
+            .acquire_lease(name, ttl, patience, true)
             .await?
             .map(|l| LockGuard::new(self.clone(), name, l, ttl, watchdog)))
     }

@@ -28,6 +28,7 @@ const NO_TWIN: &[(&str, &str, &str)] = &[
     ("Liveness", "renewing", "a guard's building block"),
     ("Liveness", "stop_watchdog", "a guard's building block"),
     ("Liveness", "watchdog", "a guard's building block"),
+    ("Liveness", "watchdog_after", "a guard's building block"),
     ("Notifier", "watch", "the waits' building block"),
     ("Watch", "wait", "the waits' building block"),
     ("Watch", "subscribed", "the waits' building block"),

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use support::cluster::RedisCluster;
 use tairlock::keys::key_slot;
 use tairlock::notify::PubSub;
+use tairlock::scripts::FAIR_LOCK;
 use tairlock::store::ClusterOptions;
+use tairlock::store::intercept::{Command, Hook, Intercept, Run};
 use tairlock::{Acquire, ClusterStore, ErrorKind, ExpireLock, Renew, Store, Unlock};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -87,26 +89,62 @@ async fn waiting_is_woken_by_notification(cluster: &RedisCluster, store: &Cluste
     }
 }
 
+/// Counts the fair mode's attempts sent through it.
+#[derive(Default)]
+struct CountAttempts(AtomicUsize);
+
+impl Hook for CountAttempts {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        if let Command::Eval { script, .. } = command
+            && std::ptr::eq(script, &FAIR_LOCK)
+        {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        run
+    }
+}
+
 async fn fair_handoff_on(cluster: &RedisCluster, store: &ClusterStore) {
-    // Fair mode: the release grants to the queued waiter of another client and announces on its
-    // wake channel, in the lock's shard. With 30 s leases for the holder and for the waiter's
-    // place, a waiter that has the lock within a few seconds was woken by that announcement.
+    // Fair mode: the release grants to the queued waiter of another client and announces the
+    // grant on its wake channel, in the lock's shard. With 30 s leases for the holder and for
+    // the waiter's place, a waiter that has the lock within a few seconds was woken by that
+    // announcement, and one that sent no attempt meanwhile held on its payload (one hop).
     let options = tairlock::Options::default().fair(true).waiter_lease(LONG);
     let holder = ExpireLock::with_options(store.clone(), options.clone());
-    let waiter = ExpireLock::with_options(store.clone(), options);
+    let waiter = ExpireLock::with_options(
+        Intercept::new(store.clone(), CountAttempts::default()),
+        options,
+    );
     for name in names_on_every_master(cluster, "fair:") {
         let guard = holder.lock(&name).await.unwrap();
         let fence = guard.lease().fence();
-        let next = spawn_waiter(&waiter, &name);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let next = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                let guard = waiter.lock(&name).await.unwrap();
+                let (got, attempts) = (
+                    Instant::now(),
+                    waiter.store().hook().0.load(Ordering::SeqCst),
+                );
+                guard.release().await.unwrap();
+                (got, attempts)
+            })
+        };
+        // Queued and subscribed (the attempt after the subscription included) well before.
+        tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!next.is_finished(), "{name}: waiter got a held lock");
+        let attempts = waiter.store().hook().0.load(Ordering::SeqCst);
         let released = Instant::now();
         guard.release().await.unwrap();
-        let got = next.await.unwrap();
+        let (got, attempts_then) = next.await.unwrap();
         let handoff = got.duration_since(released);
         assert!(
             handoff < Duration::from_secs(3),
             "{name}: the granted waiter woke {handoff:?} after the release"
+        );
+        assert_eq!(
+            attempts_then, attempts,
+            "{name}: the granted waiter sent an attempt after the release"
         );
         // The waiter released at once, with nobody queued: free, a larger token retained.
         let after = waiter.inspect(&name).await.unwrap();

@@ -281,12 +281,22 @@ impl Liveness {
     /// (the bound on renewal is reached: the deadline of the lease in effect then marks it).
     /// Spawn it and hand its task to [`set_watchdog`](Self::set_watchdog), so a release stops
     /// it.
-    pub async fn watchdog<F, Fut>(&self, interval: Duration, mut renew: F)
+    pub async fn watchdog<F, Fut>(&self, interval: Duration, renew: F)
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Renewal>,
     {
-        let mut wait = interval;
+        self.watchdog_after(interval, interval, renew).await;
+    }
+
+    /// [`watchdog`](Self::watchdog) whose first renewal comes after `first` rather than a full
+    /// `interval` (zero: at once, to confirm a lease held only provisionally).
+    pub async fn watchdog_after<F, Fut>(&self, first: Duration, interval: Duration, mut renew: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Renewal>,
+    {
+        let mut wait = first;
         loop {
             tokio::time::sleep(wait).await;
             let _in_flight = self.renewing().await;

@@ -90,17 +90,26 @@ impl<S: Store> Shared<S> {
     }
 }
 
-async fn watchdog<S: Store>(shared: Arc<Shared<S>>) {
+/// Renew the guard's lease: at a third of its length with a watchdog; with `confirm` (a lease
+/// handed over by a fair grant announcement, which lasts only the waiter lease) first at once,
+/// to the full length, and then no more without a watchdog.
+async fn watchdog<S: Store>(shared: Arc<Shared<S>>, confirm: bool) {
     let shared = &shared;
+    let interval = shared.ttl / 3;
+    let first = if confirm { Duration::ZERO } else { interval };
     shared
         .live
-        .watchdog(shared.ttl / 3, || async move {
+        .watchdog_after(first, interval, || async move {
             // Past `Options::max_hold`, renew no more; before it, never past it.
             let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
                 return Renewal::Stop;
             };
             match shared.renew(ttl).await.1 {
-                Ok(Renew::Renewed(lease)) => shared.adopt(lease),
+                Ok(Renew::Renewed(lease)) => match shared.adopt(lease) {
+                    // Confirmed; a guard without a watchdog renews no more.
+                    Renewal::Renewed if !shared.renews => Renewal::Stop,
+                    other => other,
+                },
                 Ok(Renew::NotHeld) => {
                     shared.live.lose(Loss::Gone);
                     Renewal::Lost
@@ -165,14 +174,17 @@ impl<S: Store> LockGuard<S> {
             lease: Mutex::new(lease),
             renews: watchdog_on,
         });
-        if watchdog_on {
-            if let Some(max_hold) = shared.locks.options().max_hold {
+        // A lease a fair grant announcement handed over lasts only the waiter lease until
+        // confirmed: renew it to the full length at once (see `fair`).
+        let confirm = shared.current().is_unconfirmed();
+        if watchdog_on || confirm {
+            if watchdog_on && let Some(max_hold) = shared.locks.options().max_hold {
                 shared
                     .live
                     .renew_until(tokio::time::Instant::now() + max_hold);
             }
             let handle = crate::blocking::spawn_handle(shared.locks.store().runtime())
-                .spawn(watchdog(shared.clone()))
+                .spawn(watchdog(shared.clone(), confirm))
                 .abort_handle();
             shared.live.set_watchdog(handle);
         }

@@ -244,7 +244,10 @@ impl Task {
         loop {
             tokio::select! {
                 msg = stream.next() => match msg {
-                    Some(msg) => self.hub.deliver(msg.get_channel_name()),
+                    Some(msg) => self.hub.deliver_message(
+                        msg.get_channel_name(),
+                        &String::from_utf8_lossy(msg.get_payload_bytes()),
+                    ),
                     None => return Stop::Lost,
                 },
                 request = requests.recv() => {

@@ -4,6 +4,9 @@
 //! hash slot). A [`Notifier`] is shared by everything that uses one store handle; a message wakes
 //! the local watchers of its channel, and the lock kinds make sure only one of them (the head of
 //! the key's local queue) talks to the server, so N local waiters cost O(1) commands per handoff.
+//! A message's payload is kept for the watchers to read ([`Watch::messages_after`], the latest
+//! [`KEPT_MESSAGES`] per channel): the fair mode's grant announcement hands the lock over with
+//! it (see [`fair`](crate::fair)); every other payload only means "released".
 //!
 //! | store | announced with | heard through |
 //! |---|---|---|
@@ -88,11 +91,19 @@ pub(crate) enum Sub {
     Failed(ErrorKind, Arc<str>),
 }
 
+/// How many of a channel's latest message payloads are kept for its watchers to read
+/// ([`Watch::messages_after`]); older ones are dropped (a watcher that needed one then falls back
+/// on its next attempt, as for a lost message).
+pub const KEPT_MESSAGES: usize = 8;
+
 /// Local watchers of one channel.
 #[derive(Debug)]
 pub(crate) struct Channel {
     notify: Notify,
     watchers: Mutex<usize>,
+    /// The latest payloads, each with its sequence number (1, 2, ... per channel registration),
+    /// and the last sequence number given out.
+    messages: Mutex<Messages>,
     /// The subscription's state, set by the backend. Every watcher that needs messages waits
     /// for [`Sub::Subscribed`], not only the first: a later watcher that went ahead while the
     /// first one's SUBSCRIBE was still in flight would otherwise wait on messages nobody
@@ -105,12 +116,31 @@ impl Default for Channel {
         Channel {
             notify: Notify::new(),
             watchers: Mutex::new(0),
+            messages: Mutex::default(),
             state: tokio::sync::watch::Sender::new(Sub::Idle),
         }
     }
 }
 
+/// The latest payloads delivered on one channel.
+#[derive(Debug, Default)]
+struct Messages {
+    last: u64,
+    kept: std::collections::VecDeque<(u64, Arc<str>)>,
+}
+
 impl Channel {
+    /// Keep `payload` as the channel's next message.
+    fn keep(&self, payload: &str) {
+        let mut m = self.messages.lock();
+        m.last += 1;
+        let seq = m.last;
+        if m.kept.len() == KEPT_MESSAGES {
+            m.kept.pop_front();
+        }
+        m.kept.push_back((seq, payload.into()));
+    }
+
     /// Take the job of subscribing: true (and now [`Sub::Pending`]) if nobody had it.
     fn claim(&self) -> bool {
         self.state.send_if_modified(|s| {
@@ -148,9 +178,19 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    /// Wake every local watcher of `channel`.
+    /// Wake every local watcher of `channel`, without a message for them to read (a wake-up the
+    /// subscriber makes itself: a subscription made again, a lost connection).
     pub(crate) fn deliver(&self, channel: &str) {
         if let Some(ch) = self.get(channel) {
+            ch.notify.notify_waiters();
+        }
+    }
+
+    /// A message `payload` came on `channel`: keep it for the watchers to read
+    /// ([`Watch::messages_after`]), then wake them.
+    pub(crate) fn deliver_message(&self, channel: &str, payload: &str) {
+        if let Some(ch) = self.get(channel) {
+            ch.keep(payload);
             ch.notify.notify_waiters();
         }
     }
@@ -588,6 +628,27 @@ impl Watch {
     /// on it only if the watch [`is_subscribed`](Self::is_subscribed) at that point.
     pub fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.channel.notify.notified()
+    }
+
+    /// Where the channel's messages stand: pass it to [`messages_after`](Self::messages_after)
+    /// later to read the payloads delivered since. Take it together with
+    /// [`notified`](Self::notified), before the attempt whose failure makes you wait.
+    pub fn cursor(&self) -> u64 {
+        self.channel.messages.lock().last
+    }
+
+    /// The payloads of the messages delivered since `cursor` (from [`cursor`](Self::cursor)),
+    /// oldest first: at most the latest [`KEPT_MESSAGES`]. Wake-ups without a message (the
+    /// subscription made again after a lost connection) carry none.
+    pub fn messages_after(&self, cursor: u64) -> Vec<Arc<str>> {
+        self.channel
+            .messages
+            .lock()
+            .kept
+            .iter()
+            .filter(|(seq, _)| *seq > cursor)
+            .map(|(_, payload)| payload.clone())
+            .collect()
     }
 
     /// Wait for a message or `timeout`, whichever comes first; true if a message came.

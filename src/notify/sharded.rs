@@ -165,6 +165,15 @@ fn channel_of(push: &PushInfo) -> Option<String> {
     }
 }
 
+/// The payload of an `smessage` push (`[channel, payload]`); empty if it has none.
+fn payload_of(push: &PushInfo) -> String {
+    match push.data.get(1) {
+        Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
 /// Feed the hub from the cluster connection's pushes. See the table in the
 /// [parent module](super).
 async fn read(
@@ -177,7 +186,7 @@ async fn read(
         match push.kind {
             PushKind::SMessage => {
                 if let Some(channel) = channel_of(&push) {
-                    hub.deliver(&channel);
+                    hub.deliver_message(&channel, &payload_of(&push));
                 }
             }
             PushKind::SUnsubscribe => {

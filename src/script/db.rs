@@ -142,8 +142,8 @@ pub struct Db {
     /// (expiry ms, key) for every key with a TTL, so expired keys are reclaimed in order.
     expirations: BTreeSet<(u64, String)>,
     now_us: u64,
-    /// Channels published to during the current step, delivered when it ends.
-    outbox: Vec<String>,
+    /// Messages published during the current step (channel, payload), delivered when it ends.
+    outbox: Vec<(String, Option<String>)>,
     /// String writes, replacements and deletions of the current step, when someone listens.
     changes: Option<Vec<Change>>,
 }
@@ -168,13 +168,22 @@ impl Db {
         }
     }
 
-    /// `PUBLISH channel message`: delivered to in-process watchers when the current command or
-    /// script ends (messages carry no payload that waiters read; the channel is the news).
+    /// `PUBLISH channel message` for a message whose payload no watcher reads (a release: the
+    /// channel is the news): delivered to in-process watchers when the current command or
+    /// script ends.
     pub fn publish(&mut self, channel: &str) {
-        self.outbox.push(channel.to_owned());
+        self.outbox.push((channel.to_owned(), None));
     }
 
-    pub(crate) fn take_outbox(&mut self) -> Vec<String> {
+    /// `PUBLISH channel message` with a payload watchers read
+    /// ([`Watch::messages_after`](crate::notify::Watch::messages_after)), such as the fair
+    /// mode's grant: delivered to in-process watchers when the current command or script ends.
+    pub fn publish_message(&mut self, channel: &str, message: &str) {
+        self.outbox
+            .push((channel.to_owned(), Some(message.to_owned())));
+    }
+
+    pub(crate) fn take_outbox(&mut self) -> Vec<(String, Option<String>)> {
         std::mem::take(&mut self.outbox)
     }
 

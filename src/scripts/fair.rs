@@ -113,7 +113,11 @@ fn lock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
         }
         queue(db)?;
         let pttl = db.pttl(&keys[0]);
-        return Ok(Reply::Array(vec![Reply::Int(0), Reply::Int(pttl)]));
+        return Ok(Reply::Array(vec![
+            Reply::Int(0),
+            Reply::Int(pttl),
+            Reply::Int(last.max(now) as i64),
+        ]));
     }
     while let Some(head) = head(db, &keys[2])? {
         if head == nonce.as_bytes() {
@@ -127,11 +131,17 @@ fn lock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
             return Ok(Reply::Array(vec![
                 Reply::Int(0),
                 Reply::Int((ends - now_ms) as i64),
+                Reply::Int(last.max(now) as i64),
             ]));
         }
         leave(db, keys, &head)?;
     }
     take(db, (last + 1).max(now))
+}
+
+/// The announcement of a grant of `wl` ms as `lease`: `granted:<wl>:<lease>`.
+pub(crate) fn grant_message(wl: u64, lease: &str) -> String {
+    format!("granted:{wl}:{lease}")
 }
 
 fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
@@ -170,13 +180,13 @@ fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             let fence = (last + 1).max(now);
             let nonce = String::from_utf8_lossy(&head);
             let lease = format_lease(now_ms + wl, fence, &nonce);
-            db.set(&keys[0], lease, Some(Duration::from_millis(wl)));
+            db.set(&keys[0], lease.clone(), Some(Duration::from_millis(wl)));
             db.set(
                 &keys[1],
                 fence.to_string(),
                 Some(Duration::from_millis(wl + retention)),
             );
-            db.publish(&channel);
+            db.publish_message(&channel, &grant_message(wl, &lease));
             return pair(1, 1);
         }
     }

@@ -15,8 +15,11 @@
 --   {1, lease}   ours: taken now, or granted by a release (confirmed now: the lease is rewritten
 --                to ARGV[1] from now, the fencing token kept), or held already (a repeat);
 --                safe to repeat.
---   {0, pttl}    busy: held for pttl more ms, or free with a live waiter ahead of us (pttl is
---                that waiter's lease left).
+--   {0, pttl, mark}
+--                busy: held for pttl more ms, or free with a live waiter ahead of us (pttl is
+--                that waiter's lease left). mark = max(last fencing token, server time in us):
+--                every grant a release makes after this attempt has a larger fencing token
+--                (the waiter trusts a grant announcement only then: see fair_unlock).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 local function check(key, want, what)
   local t = redis.call('TYPE', key)['ok']
@@ -83,7 +86,7 @@ if cur then
     return take(fence)
   end
   queue()
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), math.max(last, now_us)}
 end
 -- Free. Skip waiters whose lease ran out (crashed, or gone without leaving).
 while true do
@@ -93,7 +96,7 @@ while true do
   local ends = info and tonumber(string.match(info, '^(%d+):'))
   if ends and ends > now_ms then
     queue()
-    return {0, ends - now_ms}
+    return {0, ends - now_ms, math.max(last, now_us)}
   end
   leave(head)
 end

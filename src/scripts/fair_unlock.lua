@@ -1,5 +1,8 @@
 -- fair_unlock: release in fair mode, or leave the queue; either way, a freed lock is granted to
--- the first live waiter in the same step, and that waiter alone is woken.
+-- the first live waiter in the same step, and that waiter alone is woken, with the message
+-- 'granted:<grant ms>:<lease>' (the grant's length in ms, then its lease value, which ends in
+-- the waiter's nonce): enough for the waiter to hold without another round trip. Other
+-- announcements ('released') carry nothing a waiter reads.
 --   KEYS[1..4]  lock, fence, queue, waiters (as fair_lock)
 --   ARGV[1]  the lease value to release, or (ARGV[2] = 'nonce') the nonce of a waiter leaving:
 --            it leaves the queue, and a grant it received is released
@@ -77,9 +80,10 @@ while true do
     if now_us > fence then
       fence = now_us
     end
-    redis.call('SET', KEYS[1], string.format('tl1:%d:%d:%s', now_ms + wl, fence, head), 'PX', wl)
+    local lease = string.format('tl1:%d:%d:%s', now_ms + wl, fence, head)
+    redis.call('SET', KEYS[1], lease, 'PX', wl)
     redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', wl + retention)
-    announce(channel, 'granted')
+    announce(channel, string.format('granted:%d:%s', wl, lease))
     return {1, 1}
   end
 end

@@ -109,8 +109,11 @@ impl MemoryStore {
                 (observer.0)(change);
             }
         }
-        for channel in published {
-            self.shared.hub.deliver(&channel);
+        for (channel, message) in published {
+            match message {
+                Some(message) => self.shared.hub.deliver_message(&channel, &message),
+                None => self.shared.hub.deliver(&channel),
+            }
         }
         out
     }

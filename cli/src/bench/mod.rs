@@ -25,6 +25,7 @@
 //! | `contended-fair` | the same in fair mode ([`Options::fair`](tairlock::Options::fair)) | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
 //! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
+//! | `handoff`, `handoff-fair` | forced handoff: a holder releases while one waiter (a client of its own) has been waiting 5–25 ms; latency = release sent → the waiter's guard returned (default mode; fair mode, where the release's announcement hands the lock over) | — |
 //! | `semaphore-cycle` | [`Semaphore`](tairlock::Semaphore) attempt + release of one of 3 permits (the note has each one's p50) | floor cycle |
 //! | `contended-semaphore` | one acquisition by one of 8 clients (own connections) of 3 permits, holding 1 ms; latency = the wait | — |
 //! | `local-waiters-N` | one handoff among N waiters in one client | — (commands per handoff) |
@@ -45,6 +46,7 @@ mod common;
 mod contended;
 mod counted;
 mod floor;
+mod handoff;
 pub mod rw_read_heavy;
 mod sample;
 mod scenarios;

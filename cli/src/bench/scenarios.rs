@@ -351,6 +351,8 @@ pub async fn run<S: BenchStore>(
                 contended(&store, 8, d, Handoff::PollGetSet, ping_p50).await?
             }
             "contended-poll-setnx" => contended(&store, 8, d, Handoff::PollSetNx, ping_p50).await?,
+            "handoff" => super::handoff::forced(&store, d, false).await?,
+            "handoff-fair" => super::handoff::forced(&store, d, true).await?,
             "semaphore-cycle" => super::semaphore::cycle(&store, d, floor_cycle).await?,
             "contended-semaphore" => super::semaphore::contended(&store, d).await?,
             "local-waiters-1" => contended(&store, 1 + 1, d, Handoff::Notify, ping_p50).await?,

@@ -25,6 +25,12 @@ pub struct RwKeys {
     /// live readers: `<prefix>{name}:intent`. Only shared read holds listen there; waiting
     /// readers and writers listen for releases only, so an intent does not wake them.
     pub intent_channel: String,
+    /// The fair writers' queue (a sorted set, nonce → arrival in server µs):
+    /// `<prefix>{name}:wq`.
+    pub queue: String,
+    /// The fair writers' places (a hash, nonce → `<lease end ms>:<lease ms>:<wake channel>`):
+    /// `<prefix>{name}:ww`.
+    pub waiters: String,
 }
 
 /// What kept an acquisition out.

@@ -168,6 +168,17 @@ async fn served_in_arrival_order<S: Another>(env: &Env<S>, options: Options) {
         // Arrive one after the other, each queued before the next comes.
         tokio::time::sleep(ms(150)).await;
     }
+    if options.fair {
+        // Four places, in arrival order, each refreshed within its waiter lease.
+        let seen = holder.inspect(NAME).await.unwrap();
+        assert_eq!(seen.queue.len(), 4, "{seen:?}");
+        assert!(seen.queue.iter().all(|q| q.remaining > Duration::ZERO));
+        let intent = seen.intent.as_ref().expect("a queued writer's intent");
+        assert_eq!(
+            intent.nonce, seen.queue[0].nonce,
+            "the intent names the head"
+        );
+    }
     guard.release().await.unwrap();
     if options.fair {
         // Handed over in the release itself: the lock is never free while anyone waits.
@@ -562,4 +573,79 @@ async fn data_that_is_not_a_queue_is_an_error_and_untouched<S: Another>(env: Env
     )
     .await;
     polling.write(NAME).await.unwrap().release().await.unwrap();
+}
+
+/// Script calls the server has run so far (`EVALSHA` and `EVAL`).
+fn script_calls(server: &support::RedisServer) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    ["cmdstat_evalsha:", "cmdstat_eval:"]
+        .iter()
+        .filter_map(|prefix| info.lines().find(|l| l.starts_with(prefix)))
+        .filter_map(|line| {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// Waits until no script call comes for a while: the waiters have settled into their sleep.
+async fn settled(server: &support::RedisServer) -> u64 {
+    let mut last = script_calls(server);
+    loop {
+        tokio::time::sleep(ms(300)).await;
+        let now = script_calls(server);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// A fair release wakes exactly the writer it granted the lock to, on that client's wake
+/// channel: it gets in at once (its next refresh is 10 s away), and the writer queued behind it
+/// makes no attempt. Script calls are counted on a real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_wakes_only_the_writer_it_granted() {
+    let env = Env::redis().await;
+    let server = env.server();
+    // Loaded up front: a script's first call on a server is two (a refused EVALSHA, then EVAL).
+    env.store
+        .preload(&tairlock_rwlock::scripts::FAIR)
+        .await
+        .unwrap();
+    let options = Options::default()
+        .fair(true)
+        .waiter_lease(Duration::from_secs(30))
+        .intent_lease(Duration::from_secs(30));
+    let holder = client(&env, options.clone()).await;
+    let guard = holder.write(NAME).await.unwrap();
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let first = client(&env, options.clone()).await;
+    let first = tokio::spawn(async move {
+        let guard = first.write(NAME).await.unwrap();
+        got_tx.send(Instant::now()).unwrap();
+        done_rx.await.unwrap();
+        guard.release().await.unwrap();
+    });
+    tokio::time::sleep(ms(200)).await;
+    let second = client(&env, options).await;
+    let second = tokio::spawn(async move { second.write(NAME).await.unwrap() });
+    let before = settled(server).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let got = got_rx.await.unwrap();
+    let took = got.duration_since(released);
+    assert!(took < ms(2000), "the granted writer got in after {took:?}");
+    let after = settled(server).await;
+    assert_eq!(
+        after - before,
+        2,
+        "the release and the granted writer's confirmation, nothing else"
+    );
+    done_tx.send(()).unwrap();
+    first.await.unwrap();
+    second.await.unwrap().release().await.unwrap();
+    assert!(queue_is_empty(&env.store).await);
 }

@@ -15,8 +15,8 @@ use crate::scripts::{
     READ_RENEW, WRITE_ABANDON, WRITE_ACQUIRE,
 };
 use crate::types::{
-    IntentInfo, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState, WriteAttempt,
-    WriteLease, deadline,
+    IntentInfo, QueuedWriter, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
+    WriteAttempt, WriteLease, deadline,
 };
 
 /// One store and the options: every single step of the scripted lock. The documentation of each
@@ -551,6 +551,8 @@ impl<S: Store> Leases<S> {
                     keys.readers.clone(),
                     keys.intent.clone(),
                     keys.fence.clone(),
+                    keys.queue.clone(),
+                    keys.waiters.clone(),
                 ],
                 &[],
             )
@@ -570,6 +572,9 @@ impl<S: Store> Leases<S> {
         check(&keys.readers, text(4), "zset");
         check(&keys.intent, text(6), "string");
         check(&keys.fence, text(9), "string");
+        if items.len() > 11 {
+            check(&keys.queue, text(11), "zset");
+        }
         let writer_value = text(2);
         let writer = writer_value.as_deref().and_then(Lease::parse);
         if writer.is_none() && writer_value.is_some() {
@@ -599,7 +604,26 @@ impl<S: Store> Leases<S> {
             }),
             _ => None,
         };
+        let mut queue = Vec::new();
+        if let Some(flat) = items.get(12).and_then(Reply::as_array) {
+            for pair in flat.chunks(2) {
+                let Some(nonce) = pair.first().and_then(Reply::as_str) else {
+                    continue;
+                };
+                let ends = pair
+                    .get(1)
+                    .and_then(Reply::as_str)
+                    .and_then(|e| e.split(':').next())
+                    .and_then(|e| e.parse::<u64>().ok())
+                    .unwrap_or(0);
+                queue.push(QueuedWriter {
+                    nonce: nonce.to_owned(),
+                    remaining: Duration::from_millis(ends.saturating_sub(now)),
+                });
+            }
+        }
         Ok(RwInspection {
+            queue,
             server_time: Duration::from_millis(now),
             writer,
             writer_ttl: Ttl::from_pttl(int_at(items, 3).unwrap_or(-2)),

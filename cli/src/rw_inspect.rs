@@ -267,7 +267,40 @@ pub fn split_key(key: &str, default_prefix: &str) -> (String, String, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::split_key;
+    use super::{QueuedReport, RwInspectReport, split_key};
+
+    #[test]
+    fn the_fair_writers_queue_is_listed_in_arrival_order() {
+        let report = RwInspectReport {
+            name: "doc".into(),
+            state: "write-locked".into(),
+            writer_key: "tairlock:{doc}:w".into(),
+            readers_key: "tairlock:{doc}:r".into(),
+            intent_key: "tairlock:{doc}:wi".into(),
+            writer: None,
+            readers: Vec::new(),
+            intent: None,
+            queue: vec![
+                QueuedReport {
+                    nonce: "aaaa…".into(),
+                    remaining_ms: 1500,
+                },
+                QueuedReport {
+                    nonce: "bbbb…".into(),
+                    remaining_ms: 0,
+                },
+            ],
+            last_fence: None,
+            foreign: Vec::new(),
+        };
+        let text = report.text();
+        assert!(text.contains("queue       2 fair writer(s)"), "{text}");
+        let first = text.find("aaaa… ").expect("first listed");
+        let second = text.find("bbbb… ").expect("second listed");
+        assert!(first < second, "{text}");
+        assert!(text.contains("place lasts 1.5s"), "{text}");
+        assert!(text.contains("place ran out (skipped)"), "{text}");
+    }
 
     #[test]
     fn keys_split_into_prefix_and_name() {

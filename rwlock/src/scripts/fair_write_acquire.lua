@@ -145,7 +145,11 @@ if writer then
   local mine = ':' .. nonce
   if string.sub(writer, -#mine) == mine then
     -- Granted to us by a release (or taken by an attempt whose reply was lost): confirm it.
-    return take(tonumber(string.match(writer, '^tl1:%d+:(%d+):')))
+    local fence = tonumber(string.match(writer, '^tl1:%d+:(%d+):'))
+    if not fence then
+      return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
+    end
+    return take(fence)
   end
   queue()
   raise_intent(false)

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_us};
+use tairlock::script::{CommandError, CommandResult, Db, Reply, Script, int_arg, now_us};
 use tairlock::scripts::{format_lease, read_fence};
 
 use super::db::{ends_with_nonce, intent, reap, typed, waiter_entry, writer_lease};
@@ -171,11 +171,20 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     };
     if let Some(cur) = writer {
         if ends_with_nonce(&cur, run.nonce()) {
+            // Lua: `^tl1:%d+:(%d+):`.
+            let digits = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
             let fence = std::str::from_utf8(&cur)
                 .ok()
-                .and_then(|v| v.split(':').nth(2))
+                .map(|v| v.split(':').collect::<Vec<_>>())
+                .filter(|parts| parts.len() >= 4 && digits(&parts[1]))
+                .and_then(|parts| Some(parts[2]).filter(digits))
                 .and_then(|f| f.parse().ok())
-                .unwrap_or(0);
+                .ok_or_else(|| {
+                    CommandError::new(
+                        "NOTLOCK",
+                        "writer key holds a value that is not a tairlock lease",
+                    )
+                })?;
             return run.take(db, fence);
         }
         run.queue(db)?;

@@ -134,6 +134,22 @@ async fn exercise_fair(store: &Recording, name: &str) {
     assert_eq!(key_slot(&wake), key_slot(&keys.lock), "{wake}");
 }
 
+async fn exercise_fair_writers(store: &Recording, name: &str) {
+    use tairlock_rwlock::{Options, RwLock};
+    let options = Options::default().fair(true);
+    let holder = RwLock::with_options(store.clone(), options.clone());
+    let waiter = RwLock::with_options(store.clone(), options);
+    let guard = holder.write(name).await.unwrap();
+    let name_owned = name.to_owned();
+    let next = tokio::spawn(async move { waiter.write(&name_owned).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    next.await.unwrap().release().await.unwrap();
+    let keys = holder.keys(name).unwrap();
+    let wake = format!("{}:w:0123456789abcdef", keys.channel);
+    assert_eq!(key_slot(&wake), key_slot(&keys.writer), "{wake}");
+}
+
 async fn exercise_legacy(store: &Recording, key: &str) {
     use tairlock_legacy::{ScriptedLock, TryAcquire};
     let locks = ScriptedLock::new(store.clone());
@@ -223,6 +239,7 @@ async fn every_script_declares_keys_of_one_slot() {
         exercise_rwlock(&store, name).await;
         exercise_redlock(&store, name).await;
         exercise_fair(&store, name).await;
+        exercise_fair_writers(&store, name).await;
     }
     for key in ["lock.orderid", "plain", "locks:{order}:7", "a{b"] {
         exercise_legacy(&store, key).await;
@@ -251,7 +268,8 @@ async fn every_script_declares_keys_of_one_slot() {
         .chain(tairlock_legacy::scripts::ALL.iter())
         .chain(tairlock_rwlock::scripts::ALL.iter())
         .chain(tairlock::redlock::ALL.iter())
-        .chain(tairlock::scripts::FAIR.iter());
+        .chain(tairlock::scripts::FAIR.iter())
+        .chain(tairlock_rwlock::scripts::FAIR.iter());
     let missing: Vec<&str> = all
         .map(|s| s.name())
         .filter(|name| !calls.contains_key(name))
@@ -265,6 +283,8 @@ async fn every_script_declares_keys_of_one_slot() {
             "fair_unlock",
             "force_unlock",
             "rw_downgrade",
+            "rw_fair_write_acquire",
+            "rw_fair_write_release",
             "rw_read_release",
             "rw_write_abandon",
             "rw_write_acquire"

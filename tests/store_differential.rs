@@ -1228,6 +1228,266 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         &[2],
     );
 
+    // The fair writers' scripts: a queue of writers with waiter leases, a grant on release, a
+    // dead waiter skipped, a waiter leaving with its grant, the intent naming the head, the last
+    // reader waking the head, and a queue key holding other data.
+    let f = |s: &str| format!("rwf:{{f}}:{s}");
+    let fair_keys = vec![f("w"), f("r"), f("wi"), f("fence"), f("wq"), f("ww")];
+    let fair_release_keys = vec![f("w"), f("wi"), f("fence"), f("wq"), f("ww")];
+    let fair_read_keys = vec![f("w"), f("r"), f("wi")];
+    let fair = |nonce: &str, wl: &str, queue: &str| {
+        strings(&[
+            nonce,
+            "30000",
+            "5000",
+            "60000",
+            wl,
+            &format!("{}:w:{nonce}", f("released")),
+            queue,
+            &f("intent"),
+        ])
+    };
+    let fair_release =
+        |what: &str, by: &str| strings(&[what, by, "60000", &f("released"), "PUBLISH", "5000"]);
+    let lease_of = |reply: &Result<Reply>| match reply.as_ref().ok().and_then(Reply::as_array) {
+        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        _ => String::new(),
+    };
+    tape.reply(
+        "fair a1 single attempt",
+        store
+            .eval(
+                &rw::FAIR_WRITE_ACQUIRE,
+                &fair_keys,
+                &fair("a1", "30000", "0"),
+            )
+            .await,
+        &[],
+    );
+    for (nonce, wl) in [
+        ("b2", "30000"),
+        ("c3", "20"),
+        ("d4", "30000"),
+        ("b2", "30000"),
+    ] {
+        tape.reply(
+            format!("fair {nonce} queued"),
+            store
+                .eval(&rw::FAIR_WRITE_ACQUIRE, &fair_keys, &fair(nonce, wl, "1"))
+                .await,
+            &[2],
+        );
+    }
+    tape.value("fair intent names the head", store.get(&f("wi")).await);
+    tape.reply(
+        "fair read refused",
+        store
+            .eval(&rw::READ_ACQUIRE, &fair_read_keys, &read("r1", "30000"))
+            .await,
+        &[2],
+    );
+    let again = store
+        .eval(
+            &rw::FAIR_WRITE_ACQUIRE,
+            &fair_keys,
+            &fair("a1", "30000", "0"),
+        )
+        .await;
+    let a1 = lease_of(&again);
+    tape.reply("fair a1 repeated", again, &[]);
+    tape.reply(
+        "fair release a1: granted to b2",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release(&a1, "lease"),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair release a1 again",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release(&a1, "lease"),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair c3 behind the grant",
+        store
+            .eval(&rw::FAIR_WRITE_ACQUIRE, &fair_keys, &fair("c3", "20", "1"))
+            .await,
+        &[2],
+    );
+    sleep_ms(PAST_SHORT_TTL_MS).await;
+    tape.reply(
+        "fair b2 leaves with its grant: c3 skipped, d4 granted",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release("b2", "nonce"),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair b2 leaves again",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release("b2", "nonce"),
+            )
+            .await,
+        &[],
+    );
+    let confirmed = store
+        .eval(
+            &rw::FAIR_WRITE_ACQUIRE,
+            &fair_keys,
+            &fair("d4", "30000", "1"),
+        )
+        .await;
+    let d4 = lease_of(&confirmed);
+    tape.reply("fair d4 confirms", confirmed, &[]);
+    tape.record("fair queue after d4", store.key_type(&f("wq")).await);
+    tape.record("fair intent after d4", store.key_type(&f("wi")).await);
+    tape.reply(
+        "fair release d4: nobody queued",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release(&d4, "lease"),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair read in",
+        store
+            .eval(&rw::READ_ACQUIRE, &fair_read_keys, &read("r2", "30000"))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair e5 behind a reader",
+        store
+            .eval(
+                &rw::FAIR_WRITE_ACQUIRE,
+                &fair_keys,
+                &fair("e5", "30000", "1"),
+            )
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "fair f6 behind e5",
+        store
+            .eval(
+                &rw::FAIR_WRITE_ACQUIRE,
+                &fair_keys,
+                &fair("f6", "30000", "1"),
+            )
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "fair read behind the queued writer",
+        store
+            .eval(&rw::READ_ACQUIRE, &fair_read_keys, &read("r3", "30000"))
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "fair last reader leaves",
+        store
+            .eval(
+                &rw::READ_RELEASE,
+                &[f("r"), f("wq"), f("ww")],
+                &strings(&["r2", &f("released")]),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair f6 still behind e5",
+        store
+            .eval(
+                &rw::FAIR_WRITE_ACQUIRE,
+                &fair_keys,
+                &fair("f6", "30000", "1"),
+            )
+            .await,
+        &[2],
+    );
+    tape.reply(
+        "fair e5 in",
+        store
+            .eval(
+                &rw::FAIR_WRITE_ACQUIRE,
+                &fair_keys,
+                &fair("e5", "30000", "1"),
+            )
+            .await,
+        &[],
+    );
+    tape.value("fair intent passed to f6", store.get(&f("wi")).await);
+    tape.reply(
+        "fair f6 leaves",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release("f6", "nonce"),
+            )
+            .await,
+        &[],
+    );
+    tape.record("fair intent after f6 left", store.key_type(&f("wi")).await);
+    store.del(&f("wq")).await.unwrap();
+    store.set(&f("wq"), b"x").await.unwrap();
+    tape.reply(
+        "fair over a string queue key",
+        store
+            .eval(
+                &rw::FAIR_WRITE_ACQUIRE,
+                &fair_keys,
+                &fair("a7", "30000", "1"),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair release over a string queue key",
+        store
+            .eval(
+                &rw::FAIR_WRITE_RELEASE,
+                &fair_release_keys,
+                &fair_release("a7", "nonce"),
+            )
+            .await,
+        &[],
+    );
+    tape.reply(
+        "read release beside a string queue key",
+        store
+            .eval(
+                &rw::READ_RELEASE,
+                &[f("r"), f("wq"), f("ww")],
+                &strings(&["r9", &f("released")]),
+            )
+            .await,
+        &[],
+    );
+    store.del(&f("wq")).await.unwrap();
+
     // WATCH: a write by another connection aborts EXEC, so does expiry of a watched key; an
     // untouched watch commits.
     let mut con = store.watch_connection().await.unwrap();

@@ -49,7 +49,9 @@ pub struct RunArgs {
     pub(crate) conn: ConnArgs,
     /// Wait in the lock's fair queue: first come, first served across processes, the release
     /// handing the lock straight to the next waiter (every client of the lock should use it).
-    #[arg(long, conflicts_with_all = ["read", "write", "legacy"])]
+    /// With --write: the reader/writer lock's fair queue of writers (readers do not barge
+    /// ahead of a queued writer under the writer preference).
+    #[arg(long, conflicts_with_all = ["read", "legacy"])]
     pub(crate) fair: bool,
     /// Hold the reader/writer lock NAME for reading: readers overlap; a writer excludes them.
     #[arg(long)]

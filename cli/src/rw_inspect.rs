@@ -13,7 +13,7 @@ use tairlock::{Keyspace, Store, Ttl};
 use tairlock_rwlock::{RwInspection, RwLock};
 
 /// The suffixes of a reader/writer lock's keys (the scripted lock's and the two-step recipe's).
-const SUFFIXES: [&str; 5] = [":w", ":r", ":wi", ":fence", ":rc"];
+const SUFFIXES: [&str; 7] = [":w", ":r", ":wi", ":fence", ":rc", ":wq", ":ww"];
 
 /// The writer, in [`RwInspectReport`].
 #[derive(Debug, Serialize)]
@@ -48,6 +48,15 @@ pub struct IntentReport {
     pub remaining_ms: u64,
 }
 
+/// A writer in the fair queue, in [`RwInspectReport`].
+#[derive(Debug, Serialize)]
+pub struct QueuedReport {
+    /// The first characters of the waiting writer's nonce.
+    pub nonce: String,
+    /// How long its place lasts unless refreshed, ms (0: ran out, it will be skipped).
+    pub remaining_ms: u64,
+}
+
 /// What `inspect --rw --json` prints.
 #[derive(Debug, Serialize)]
 pub struct RwInspectReport {
@@ -67,6 +76,8 @@ pub struct RwInspectReport {
     pub readers: Vec<ReaderReport>,
     /// A waiting writer's intent, if one is up (new readers stay out while it is).
     pub intent: Option<IntentReport>,
+    /// The fair writers' queue, in arrival order (`Options::fair`).
+    pub queue: Vec<QueuedReport>,
     /// The last fencing token issued, while retained.
     pub last_fence: Option<u64>,
     /// Keys that hold somebody else's data: `key (type)`.
@@ -117,6 +128,14 @@ impl RwInspectReport {
                 nonce: short(&w.nonce),
                 remaining_ms: w.remaining.as_millis() as u64,
             }),
+            queue: i
+                .queue
+                .iter()
+                .map(|q| QueuedReport {
+                    nonce: short(&q.nonce),
+                    remaining_ms: q.remaining.as_millis() as u64,
+                })
+                .collect(),
             last_fence: i.last_fence,
             foreign: i
                 .foreign
@@ -170,6 +189,21 @@ impl RwInspectReport {
             }
             None => {
                 let _ = writeln!(out, "intent      none");
+            }
+        }
+        if !self.queue.is_empty() {
+            let _ = writeln!(
+                out,
+                "queue       {} fair writer(s), first come first served",
+                self.queue.len()
+            );
+            for q in &self.queue {
+                let place = if q.remaining_ms == 0 {
+                    "place ran out (skipped)".to_owned()
+                } else {
+                    format!("place lasts {}", ms(q.remaining_ms))
+                };
+                let _ = writeln!(out, "  {:<12} {place}", q.nonce);
             }
         }
         if let Some(f) = self.last_fence {
@@ -233,7 +267,40 @@ pub fn split_key(key: &str, default_prefix: &str) -> (String, String, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::split_key;
+    use super::{QueuedReport, RwInspectReport, split_key};
+
+    #[test]
+    fn the_fair_writers_queue_is_listed_in_arrival_order() {
+        let report = RwInspectReport {
+            name: "doc".into(),
+            state: "write-locked".into(),
+            writer_key: "tairlock:{doc}:w".into(),
+            readers_key: "tairlock:{doc}:r".into(),
+            intent_key: "tairlock:{doc}:wi".into(),
+            writer: None,
+            readers: Vec::new(),
+            intent: None,
+            queue: vec![
+                QueuedReport {
+                    nonce: "aaaa…".into(),
+                    remaining_ms: 1500,
+                },
+                QueuedReport {
+                    nonce: "bbbb…".into(),
+                    remaining_ms: 0,
+                },
+            ],
+            last_fence: None,
+            foreign: Vec::new(),
+        };
+        let text = report.text();
+        assert!(text.contains("queue       2 fair writer(s)"), "{text}");
+        let first = text.find("aaaa… ").expect("first listed");
+        let second = text.find("bbbb… ").expect("second listed");
+        assert!(first < second, "{text}");
+        assert!(text.contains("place lasts 1.5s"), "{text}");
+        assert!(text.contains("place ran out (skipped)"), "{text}");
+    }
 
     #[test]
     fn keys_split_into_prefix_and_name() {

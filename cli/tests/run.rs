@@ -135,6 +135,42 @@ fn fair_runs_take_their_turns_in_arrival_order() {
     );
 }
 
+/// `--write --fair`: writers of a reader/writer lock run in the order they arrived, each handed
+/// the write lock by the previous one's release.
+#[test]
+fn fair_writers_take_their_turns_in_arrival_order() {
+    let server = RedisServer::start();
+    let scratch = Scratch::new("fair-write");
+    let log = scratch.file("log");
+    let script = format!("echo \"$WHO\" >> {log}; sleep 0.3", log = log.display());
+    let mut children = Vec::new();
+    for who in ["a", "b", "c", "d"] {
+        let stderr = scratch.file(&format!("{who}.stderr"));
+        let child = run(&server, KEY, &["--write", "--fair"], &script, &stderr)
+            .env("WHO", who)
+            .spawn()
+            .unwrap();
+        children.push((child, stderr));
+        // Arrive one after the other, well within the holder's 0.3 s.
+        std::thread::sleep(Duration::from_millis(120));
+    }
+    for (mut child, stderr) in children {
+        let status = wait_for(
+            &mut child,
+            Duration::from_secs(30),
+            "a fair writer",
+            &stderr,
+        );
+        assert!(status.success(), "{status}\n{}", read(&stderr));
+    }
+    assert_eq!(read(&log), "a\nb\nc\nd\n");
+    assert_eq!(
+        server.cli(&["DBSIZE"]).trim(),
+        "1",
+        "only the fence key is left"
+    );
+}
+
 #[test]
 fn tairlock_exits_with_the_commands_status() {
     let server = RedisServer::start();

@@ -395,7 +395,6 @@ fn nonsense_flag_combinations_are_refused_with_exit_2() {
         (&["--legacy", "--fair"][..], "cannot be used with"),
         (&["--legacy", "--prefix", "app:"][..], "cannot be used with"),
         (&["--fair", "--read"][..], "cannot be used with"),
-        (&["--fair", "--write"][..], "cannot be used with"),
         (&["--unit", "ms"][..], "--legacy"),
         (&["--legacy-kind", "getset"][..], "--legacy"),
         (&["--preference", "reader"][..], "--read|--write"),

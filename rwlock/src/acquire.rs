@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tairlock::engine::{self, Attempt, Kind, Patience};
 use tairlock::{Owner, Result, Store};
+use tokio::time::Instant;
 
 use crate::guard::{GuardNoSend, ReadGuard, WriteGuard};
 use crate::hold::{Credential, Hold};
@@ -51,6 +52,11 @@ struct Step<S: Store> {
     announce_idle: Option<Arc<AtomicBool>>,
     /// Reads join (or start) the client's shared read hold on the lock.
     share: bool,
+    /// A fair writer's wake channel (`<release channel>:w:<client id>`): writes go through the
+    /// fair queue ([`Options::fair`](crate::Options::fair)), and wait on this channel.
+    fair: Option<Arc<str>>,
+    /// Whether a refused attempt queues (a waiting call) or not (a single attempt).
+    waits: bool,
 }
 
 /// What an attempt got: a server hold, shared by the client's local readers when `Some`.
@@ -91,8 +97,8 @@ impl<S: Store> Step<S> {
 }
 
 impl<S: Store> Step<S> {
-    /// One `write_acquire`, announcing to idle shared read holds if this wait has not yet
-    /// (reader preference). A reply lost in flight leaves the flag up: the repeat announces
+    /// One plain `write_acquire`, announcing to idle shared read holds if this wait has not
+    /// yet (reader preference). A reply lost in flight leaves the flag up: the repeat announces
     /// again, which is only a repeated hint.
     async fn write_acquire(&self, nonce: &str) -> Result<WriteAttempt> {
         let announce = self
@@ -115,6 +121,23 @@ impl<S: Store> Step<S> {
         }
         Ok(attempt)
     }
+
+    fn is_fair_write(&self) -> bool {
+        self.mode == Mode::Write && self.fair.is_some()
+    }
+
+    /// One write attempt: the plain step, or the fair queue's.
+    async fn write_attempt(&self, nonce: &str) -> Result<WriteAttempt> {
+        let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
+        match &self.fair {
+            None => self.write_acquire(nonce).await,
+            Some(wake) => {
+                rw.leases
+                    .fair_write_acquire(name, nonce, ttl, self.intent, self.waits, wake)
+                    .await
+            }
+        }
+    }
 }
 
 impl<S: Store> Kind for Step<S> {
@@ -126,7 +149,11 @@ impl<S: Store> Kind for Step<S> {
     }
 
     fn channel(&self) -> Option<&str> {
-        Some(&self.channel)
+        match (&self.fair, self.mode) {
+            // Grants and the last reader's release are announced there.
+            (Some(wake), Mode::Write) => Some(wake),
+            _ => Some(&self.channel),
+        }
     }
 
     fn label(&self) -> &'static str {
@@ -159,7 +186,7 @@ impl<S: Store> Kind for Step<S> {
                 }
                 ReadAttempt::Blocked { remaining, .. } => Attempt::Busy { remaining },
             },
-            Mode::Write => match self.write_acquire(nonce).await? {
+            Mode::Write => match self.write_attempt(nonce).await? {
                 WriteAttempt::Acquired(lease) => {
                     let cred = Credential::Write(lease.lease().clone());
                     Attempt::Acquired((
@@ -173,20 +200,42 @@ impl<S: Store> Kind for Step<S> {
     }
 
     async fn undo(self, nonce: String) {
-        let _ = match self.mode {
-            Mode::Read => self.rw.read_release(&self.name, &nonce).await.map(drop),
-            Mode::Write => self.rw.write_abandon(&self.name, &nonce).await.map(drop),
+        let _ = match (self.mode, &self.fair) {
+            (Mode::Read, _) => self.rw.read_release(&self.name, &nonce).await.map(drop),
+            (Mode::Write, None) => self.rw.write_abandon(&self.name, &nonce).await.map(drop),
+            (Mode::Write, Some(_)) => {
+                // Leave the queue and give back (hand on) a grant. Without an answer, try
+                // again (it is safe to repeat) until the waiter lease would have dropped the
+                // place anyway, and a grant with it.
+                let leases = &self.rw.leases;
+                let give_up = Instant::now() + leases.options().waiter_lease.max(self.ttl);
+                let mut transient = tairlock::engine::Transient::new();
+                loop {
+                    match leases.fair_write_leave(&self.name, &nonce).await {
+                        Err(e) if e.is_transient() && transient.wait(Some(give_up)).await => {}
+                        other => break other.map(drop),
+                    }
+                }
+            }
         };
     }
 
     fn busy_leaves_trace(&self) -> bool {
-        // A refused read left nothing behind; a refused write may have left its intent.
-        self.intent.is_some()
+        // A refused read left nothing behind; a refused write may have left its intent, and
+        // a waiting fair writer its place in the queue.
+        self.intent.is_some() || (self.is_fair_write() && self.waits)
     }
 
     fn refresh_every(&self) -> Option<Duration> {
-        // Re-assert the intent well before it lapses.
-        self.intent.map(|intent| intent / 3)
+        // Re-assert the intent well before it lapses; refresh a fair writer's place (and
+        // notice a grant whose announcement was lost) well within its waiter lease.
+        let intent = self.intent.map(|intent| intent / 3);
+        let place =
+            (self.is_fair_write() && self.waits).then(|| self.rw.options().waiter_lease / 3);
+        match (intent, place) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -228,9 +277,13 @@ impl<S: Store> RwLock<S> {
             // for the reads in progress only.
             self.local.revoke_shared(name);
         }
+        let fair = (mode == Mode::Write && self.options().fair)
+            .then(|| format!("{}:w:{}", keys.channel, self.local.waiters.id()).into());
         let step = Step {
             rw: self.clone(),
             name: name.into(),
+            fair,
+            waits: patience.waits(),
             channel: keys.channel.into(),
             intent_channel: keys.intent_channel.into(),
             mode,

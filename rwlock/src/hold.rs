@@ -167,13 +167,15 @@ impl<S: Store> Hold<S> {
                     })
             }
             Credential::Write(lease) => {
-                self.rw
-                    .write_release(&self.name, &lease)
-                    .await
-                    .map(|unlock| match unlock {
-                        Unlock::Released => Release::Released,
-                        _ => Release::Lost,
-                    })
+                let unlock = if self.rw.options().fair {
+                    self.rw.fair_write_release(&self.name, &lease).await
+                } else {
+                    self.rw.write_release(&self.name, &lease).await
+                };
+                unlock.map(|unlock| match unlock {
+                    Unlock::Released => Release::Released,
+                    _ => Release::Lost,
+                })
             }
         };
         let downgrading = self.downgrading.lock().take();

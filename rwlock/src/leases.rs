@@ -11,11 +11,12 @@ use tokio::time::Instant;
 use crate::decode::{array, blocker, int_at, lease_at, remaining, unexpected};
 use crate::options::{Options, Preference};
 use crate::scripts::{
-    COUNT, DOWNGRADE, INSPECT, READ_ACQUIRE, READ_RELEASE, READ_RENEW, WRITE_ABANDON, WRITE_ACQUIRE,
+    COUNT, DOWNGRADE, FAIR_WRITE_ACQUIRE, FAIR_WRITE_RELEASE, INSPECT, READ_ACQUIRE, READ_RELEASE,
+    READ_RENEW, WRITE_ABANDON, WRITE_ACQUIRE,
 };
 use crate::types::{
-    IntentInfo, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState, WriteAttempt,
-    WriteLease, deadline,
+    IntentInfo, QueuedWriter, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
+    WriteAttempt, WriteLease, deadline,
 };
 
 /// One store and the options: every single step of the scripted lock. The documentation of each
@@ -67,6 +68,8 @@ impl<S: Store> Leases<S> {
             fence: k.key(name, ":fence")?,
             channel: k.key(name, ":released")?,
             intent_channel: k.key(name, ":intent")?,
+            queue: k.key(name, ":wq")?,
+            waiters: k.key(name, ":ww")?,
         })
     }
 
@@ -177,6 +180,133 @@ impl<S: Store> Leases<S> {
         }
     }
 
+    /// Single step of the fair mode: one fair writer's attempt under `nonce` (the same for
+    /// every attempt of one acquisition). The write lock when it is free for writing and no live
+    /// fair writer is queued ahead, or when a release granted it to `nonce` (confirmed now: the
+    /// lease becomes `lease` long, same fencing token); else refused, and — with `queue` — this
+    /// writer joins the queue or refreshes its place for
+    /// [`Options::waiter_lease`](crate::Options::waiter_lease), and under writer preference the
+    /// intent names the first queued writer for `intent`. One round trip; safe to repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`write_acquire`](Self::write_acquire).
+    pub(crate) async fn fair_write_acquire(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+        intent: Option<Duration>,
+        queue: bool,
+        wake: &str,
+    ) -> Result<WriteAttempt> {
+        let keys = self.keys(name)?;
+        writer_nonce(nonce)?;
+        let lease_ms = tairlock::ttl_ms(lease)?;
+        let intent_ms = match intent {
+            Some(d) => tairlock::ttl_ms(d)?,
+            None => 0,
+        };
+        let waiter_ms = tairlock::ttl_ms(self.options.waiter_lease)?;
+        let sent = Instant::now();
+        let reply = self
+            .eval(
+                &FAIR_WRITE_ACQUIRE,
+                &[
+                    keys.writer,
+                    keys.readers,
+                    keys.intent,
+                    keys.fence,
+                    keys.queue,
+                    keys.waiters,
+                ],
+                &[
+                    nonce.to_owned(),
+                    lease_ms.to_string(),
+                    intent_ms.to_string(),
+                    self.retention_ms(),
+                    waiter_ms.to_string(),
+                    wake.to_owned(),
+                    if queue { "1" } else { "0" }.to_owned(),
+                    keys.intent_channel,
+                    self.publish_command(),
+                ],
+            )
+            .await?;
+        let items = array(&reply, &FAIR_WRITE_ACQUIRE)?;
+        match int_at(items, 0) {
+            Some(1) => Ok(WriteAttempt::Acquired(WriteLease {
+                lease: lease_at(items, 1, &FAIR_WRITE_ACQUIRE)?,
+                deadline: deadline(sent, lease),
+            })),
+            Some(0) => Ok(WriteAttempt::Blocked {
+                by: blocker(items, &FAIR_WRITE_ACQUIRE, &reply)?,
+                remaining: remaining(int_at(items, 2)),
+            }),
+            _ => Err(unexpected(&FAIR_WRITE_ACQUIRE, &reply)),
+        }
+    }
+
+    /// Single step of the fair mode: release the write lock if it holds exactly `lease`, and
+    /// grant it in the same step to the first live queued fair writer (woken on its wake
+    /// channel); with nobody queued, waiting readers and plain writers are notified.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub(crate) async fn fair_write_release(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        let released = self
+            .fair_write_release_by(name, lease.value(), "lease")
+            .await?;
+        Ok(unlock_of(released))
+    }
+
+    /// Single step of the fair mode: the fair writer `nonce` leaves the queue, withdraws its
+    /// intent, and gives back (handing it on) a write lock it was granted or took under that
+    /// nonce. For a fair writer that gives up waiting or is cancelled.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub(crate) async fn fair_write_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        let released = self.fair_write_release_by(name, nonce, "nonce").await?;
+        Ok(unlock_of(released))
+    }
+
+    /// [`FAIR_WRITE_RELEASE`] by lease value or by nonce (`by`); the `released` part of its
+    /// reply.
+    async fn fair_write_release_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
+        let keys = self.keys(name)?;
+        let intent_ms = match self.options.preference {
+            Preference::Writer => tairlock::ttl_ms(self.options.intent_lease)?,
+            Preference::Reader => 0,
+        };
+        let reply = self
+            .eval(
+                &FAIR_WRITE_RELEASE,
+                &[
+                    keys.writer,
+                    keys.intent,
+                    keys.fence,
+                    keys.queue,
+                    keys.waiters,
+                ],
+                &[
+                    what.to_owned(),
+                    by.to_owned(),
+                    self.retention_ms(),
+                    keys.channel,
+                    self.publish_command(),
+                    intent_ms.to_string(),
+                ],
+            )
+            .await?;
+        array(&reply, &FAIR_WRITE_RELEASE)?
+            .first()
+            .and_then(Reply::as_int)
+            .ok_or_else(|| unexpected(&FAIR_WRITE_RELEASE, &reply))
+    }
+
     /// Single step: remove the reader `nonce`. True when it was a live reader; false when its
     /// lease had already passed (or it was released already). When it was the last live reader,
     /// waiting writers are notified.
@@ -189,7 +319,7 @@ impl<S: Store> Leases<S> {
         let reply = self
             .eval(
                 &READ_RELEASE,
-                &[keys.readers],
+                &[keys.readers, keys.queue, keys.waiters],
                 &[nonce.to_owned(), keys.channel, self.publish_command()],
             )
             .await?;
@@ -425,6 +555,8 @@ impl<S: Store> Leases<S> {
                     keys.readers.clone(),
                     keys.intent.clone(),
                     keys.fence.clone(),
+                    keys.queue.clone(),
+                    keys.waiters.clone(),
                 ],
                 &[],
             )
@@ -444,6 +576,9 @@ impl<S: Store> Leases<S> {
         check(&keys.readers, text(4), "zset");
         check(&keys.intent, text(6), "string");
         check(&keys.fence, text(9), "string");
+        if items.len() > 11 {
+            check(&keys.queue, text(11), "zset");
+        }
         let writer_value = text(2);
         let writer = writer_value.as_deref().and_then(Lease::parse);
         if writer.is_none() && writer_value.is_some() {
@@ -473,7 +608,26 @@ impl<S: Store> Leases<S> {
             }),
             _ => None,
         };
+        let mut queue = Vec::new();
+        if let Some(flat) = items.get(12).and_then(Reply::as_array) {
+            for pair in flat.chunks(2) {
+                let Some(nonce) = pair.first().and_then(Reply::as_str) else {
+                    continue;
+                };
+                let ends = pair
+                    .get(1)
+                    .and_then(Reply::as_str)
+                    .and_then(|e| e.split(':').next())
+                    .and_then(|e| e.parse::<u64>().ok())
+                    .unwrap_or(0);
+                queue.push(QueuedWriter {
+                    nonce: nonce.to_owned(),
+                    remaining: Duration::from_millis(ends.saturating_sub(now)),
+                });
+            }
+        }
         Ok(RwInspection {
+            queue,
             server_time: Duration::from_millis(now),
             writer,
             writer_ttl: Ttl::from_pttl(int_at(items, 3).unwrap_or(-2)),
@@ -507,6 +661,15 @@ impl<S: Store> Leases<S> {
             Err(e) if e.is_unanswered() => self.store.eval(script, keys, args).await,
             other => other,
         }
+    }
+}
+
+/// The `released` part of a release script's reply as an [`Unlock`].
+fn unlock_of(released: i64) -> Unlock {
+    match released {
+        1 => Unlock::Released,
+        0 => Unlock::HeldByOther,
+        _ => Unlock::NotHeld,
     }
 }
 

@@ -49,7 +49,10 @@
 //! | `<prefix>{name}:r` | sorted set | member: a reader's 128-bit nonce; score: its lease expiry, ms, **server** time | `PEXPIRE` to the longest reader lease | `read_acquire`, `read_renew`, `downgrade`; members removed by `read_release` and reaped by score in every script |
 //! | `<prefix>{name}:wi` | string | the waiting writer's nonce (writer intent) | the intent lease (`PX`, default 1 s), re-asserted while it waits | `write_acquire` when refused; deleted when that writer acquires or gives up |
 //! | `<prefix>{name}:fence` | string | last fencing token issued | write lease + retention (60 s) | `write_acquire`, renew |
+//! | `<prefix>{name}:wq` | sorted set | fair mode: a queued writer's nonce → its arrival, server µs | `PEXPIRE` to the longest waiter lease | fair write attempts (join, leave when in), fair releases (grant, leave) |
+//! | `<prefix>{name}:ww` | hash | fair mode: a queued writer's nonce → `<place ends ms>:<waiter lease ms>:<wake channel>` | as `:wq` | as `:wq`; each waiting attempt refreshes its entry |
 //! | `<prefix>{name}:released` | pub/sub channel | `released` | — | write release, last reader's release, downgrade, abandon (waiters listen here) |
+//! | `<prefix>{name}:released:w:<client id>` | pub/sub channel | `granted` / `released` | — | fair mode: a fair release's grant; the last reader's release (the first queued fair writer waits here) |
 //! | `<prefix>{name}:intent` | pub/sub channel | `intent`, or `idle` | — | `write_acquire` raising an intent against live readers, or under reader preference a waiting writer first refused by live readers (`idle`) (shared read holds listen here; waiters do not, so it wakes none) |
 //!
 //! # Key layout of [`TwoStepRwLock`]
@@ -78,7 +81,10 @@
 //!   intent keeps new readers out, so it gets in once the readers already inside leave. Among
 //!   several waiting writers the first to announce goes first; waiters in one process queue
 //!   FIFO. This is preference, not a global FIFO: a writer can still lose a race to another
-//!   writer that arrives while it sleeps.
+//!   writer that arrives while it sleeps — unless [`Options::fair`] is on: then waiting writers
+//!   line up in a FIFO on the server, a fair writer's release hands the lock directly to the
+//!   next one, and readers do not barge ahead of a queued writer (see `docs/rwlock.md`, *Fair
+//!   writers*).
 //! - **Reentrancy without self-deadlock.** An owner's re-entry is served from the local map with
 //!   no round trip, so a reentrant read never queues behind a waiting writer. A read inside the
 //!   owner's write is served by the write hold. A read→write upgrade is refused with
@@ -164,6 +170,6 @@ pub use crate::lock::RwLock;
 pub use crate::options::{Options, Preference};
 pub use crate::two_step::{TwoStepKeys, TwoStepRwLock, TwoStepWrite};
 pub use crate::types::{
-    Blocker, IntentInfo, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
-    WriteAttempt, WriteLease,
+    Blocker, IntentInfo, QueuedWriter, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys,
+    RwState, WriteAttempt, WriteLease,
 };

@@ -58,6 +58,15 @@ pub struct Options {
     /// acquisition and the guard is lost then. A shared read hold is bounded from its first
     /// reader's acquisition: readers that join it later share its end.
     pub max_hold: Option<Duration>,
+    /// Fair mode for writers (default off): waiting writers line up in a FIFO on the server
+    /// and are served in arrival order, a fair writer's release hands the write lock directly
+    /// to the next queued writer, and a queued writer counts as a waiting writer (under
+    /// [`Preference::Writer`], new readers stay out). See `docs/rwlock.md`.
+    pub fair: bool,
+    /// With `fair`: how long a queued writer's place lasts unless refreshed (default 2 s). A
+    /// waiting writer refreshes it at a third of this; one that crashed is skipped once it has
+    /// run out, and a grant made to it lapses after as long.
+    pub waiter_lease: Duration,
 }
 
 impl Default for Options {
@@ -72,6 +81,8 @@ impl Default for Options {
             share_reads: false,
             linger: Duration::from_millis(5),
             max_hold: None,
+            fair: false,
+            waiter_lease: Duration::from_secs(2),
         }
     }
 }
@@ -129,6 +140,19 @@ impl Options {
     /// Bound automatic renewal (see the `max_hold` field).
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Fair mode for writers (see the `fair` field).
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// How long a queued fair writer's place lasts unless refreshed (see the `waiter_lease`
+    /// field).
+    pub fn waiter_lease(mut self, lease: Duration) -> Self {
+        self.waiter_lease = lease;
         self
     }
 }

@@ -25,6 +25,12 @@ pub struct RwKeys {
     /// live readers: `<prefix>{name}:intent`. Only shared read holds listen there; waiting
     /// readers and writers listen for releases only, so an intent does not wake them.
     pub intent_channel: String,
+    /// The fair writers' queue (a sorted set, nonce → arrival in server µs):
+    /// `<prefix>{name}:wq`.
+    pub queue: String,
+    /// The fair writers' places (a hash, nonce → `<lease end ms>:<lease ms>:<wake channel>`):
+    /// `<prefix>{name}:ww`.
+    pub waiters: String,
 }
 
 /// What kept an acquisition out.
@@ -192,12 +198,37 @@ pub struct RwInspection {
     pub last_fence: Option<u64>,
     /// Keys that hold data that is not this lock's, as `(key, Redis type)`.
     pub foreign: Vec<(String, String)>,
+    /// The fair writers' queue ([`Options::fair`](crate::Options::fair)), in arrival order,
+    /// including places that ran out and are not dropped yet.
+    pub queue: Vec<QueuedWriter>,
+}
+
+/// A writer in the fair queue, from [`RwLock::inspect`](crate::RwLock::inspect).
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWriter {
+    /// The waiting writer's acquisition nonce.
+    pub nonce: String,
+    /// How long its place lasts unless refreshed (zero: ran out; the writer is skipped).
+    pub remaining: Duration,
+}
+
+impl fmt::Debug for QueuedWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuedWriter")
+            .field("nonce", &short(&self.nonce))
+            .field("remaining", &self.remaining)
+            .finish()
+    }
 }
 
 impl RwInspection {
     /// Whether any of the lock's keys exists (a writer, a live reader, an intent).
     pub fn is_active(&self) -> bool {
-        self.writer.is_some() || !self.readers.is_empty() || self.intent.is_some()
+        self.writer.is_some()
+            || !self.readers.is_empty()
+            || self.intent.is_some()
+            || !self.queue.is_empty()
     }
 }
 

@@ -25,6 +25,7 @@ enum RunKind {
         keyspace: Keyspace,
         side: run::kinds::Side,
         preference: tairlock_rwlock::Preference,
+        fair: bool,
     },
     Legacy {
         unit: tairlock_legacy::Unit,
@@ -61,10 +62,12 @@ impl StoreJob for RunJob {
                 keyspace,
                 side,
                 preference,
+                fair,
             } => {
                 let options = tairlock_rwlock::Options::default()
                     .keyspace(keyspace)
                     .watchdog_lease(ttl)
+                    .fair(fair)
                     .preference(preference);
                 let locker = run::kinds::RwLocker {
                     locks: tairlock_rwlock::RwLock::with_options(store, options),
@@ -199,6 +202,7 @@ pub fn command(args: RunArgs) -> ExitCode {
                     PreferenceArg::Writer => tairlock_rwlock::Preference::Writer,
                     PreferenceArg::Reader => tairlock_rwlock::Preference::Reader,
                 },
+                fair: args.fair,
             },
             (None, None) => RunKind::Expire {
                 keyspace,

@@ -67,3 +67,12 @@ pub(crate) fn add_reader(
     }
     Ok(())
 }
+
+/// A fair writer's entry in the waiters hash: (lease end ms, lease ms, wake channel).
+pub(crate) fn waiter_entry(raw: &[u8]) -> Option<(u64, u64, String)> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let mut parts = text.splitn(3, ':');
+    let ends = parts.next()?.parse().ok()?;
+    let wl = parts.next()?.parse().ok()?;
+    Some((ends, wl, parts.next()?.to_owned()))
+}

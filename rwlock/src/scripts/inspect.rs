@@ -26,7 +26,7 @@ fn native(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply
     }
     let (it, i) = string_value(db, &keys[2])?;
     let (ft, f) = string_value(db, &keys[3])?;
-    Ok(Reply::Array(vec![
+    let mut out = vec![
         Reply::Int(now as i64),
         wt,
         w,
@@ -38,5 +38,24 @@ fn native(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Reply
         Reply::Int(db.pttl(&keys[2])),
         ft,
         f,
-    ]))
+    ];
+    if keys.len() >= 6 {
+        let qt = db.key_type(&keys[4]);
+        let mut queue = Vec::new();
+        if qt == "zset" {
+            let hashed = db.key_type(&keys[5]) == "hash";
+            for (member, _) in db.zrange_by_score(&keys[4], f64::NEG_INFINITY, f64::INFINITY)? {
+                let entry = if hashed {
+                    db.hget(&keys[5], &member)?.map_or(Reply::Nil, Reply::Data)
+                } else {
+                    Reply::Nil
+                };
+                queue.push(Reply::Data(member));
+                queue.push(entry);
+            }
+        }
+        out.push(Reply::data(qt));
+        out.push(Reply::Array(queue));
+    }
+    Ok(Reply::Array(out))
 }

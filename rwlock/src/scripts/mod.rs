@@ -5,14 +5,20 @@
 //! |---|---|---|---|
 //! | [`READ_ACQUIRE`] | w, r, wi | nonce, lease ms, honour intent | `{1, expiry, readers}` / `{0, 'writer'\|'intent', pttl}` |
 //! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms, [intent channel, [publish cmd, [announce idle]]] | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
-//! | [`READ_RELEASE`] | r | nonce, channel, [publish cmd] | `1` / `-1` |
+//! | [`READ_RELEASE`] | r, [wq, ww] | nonce, channel, [publish cmd] | `1` / `-1` |
 //! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry}` / `{-1}` |
 //! | [`WRITE_ABANDON`] | w, wi | nonce, channel, [publish cmd] | keys deleted |
 //! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers}` (also a repeat after it happened) / `{0}` / `{-1}` |
+//! | [`FAIR_WRITE_ACQUIRE`] | w, r, wi, fence, wq, ww | nonce, lease ms, intent ms, fence retention ms, waiter lease ms, wake channel, queue `1`/`0`, intent channel, [publish cmd] | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
+//! | [`FAIR_WRITE_RELEASE`] | w, wi, fence, wq, ww | lease or nonce, `lease`/`nonce`, fence retention ms, channel, publish cmd, intent ms | `{released 1/0/-1, granted 1/0}` |
 //! | [`INSPECT`] | w, r, wi, fence | | snapshot (read-only) |
 //! | [`COUNT`] | w, r, wi | | `{readers, writer pttl, intent pttl}` (read-only) |
 //! | core [`EXPIRE_UNLOCK`](tairlock::scripts::EXPIRE_UNLOCK) | w | lease, channel, [publish cmd] | `1` / `0` / `-1` (write release) |
 //! | core [`RENEW`](tairlock::scripts::RENEW) | w, fence | lease, lease ms, new nonce, retention ms | `{1, lease}` / `{0}` / `{-1}` (write renewal) |
+//!
+//! The two fair scripts serve [`Options::fair`](crate::Options::fair) writers (see
+//! `docs/rwlock.md`); [`READ_RELEASE`] given the fair queue's keys also wakes the first queued
+//! fair writer when the last reader leaves.
 //!
 //! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
 //! ([`PubSub::Sharded`](tairlock::notify::PubSub)), otherwise absent (`PUBLISH`).
@@ -28,6 +34,8 @@
 mod count;
 mod db;
 mod downgrade;
+mod fair_write_acquire;
+mod fair_write_release;
 mod inspect;
 mod read_acquire;
 mod read_release;
@@ -37,6 +45,8 @@ mod write_acquire;
 
 pub use self::count::COUNT;
 pub use self::downgrade::DOWNGRADE;
+pub use self::fair_write_acquire::FAIR_WRITE_ACQUIRE;
+pub use self::fair_write_release::FAIR_WRITE_RELEASE;
 pub use self::inspect::INSPECT;
 pub use self::read_acquire::READ_ACQUIRE;
 pub use self::read_release::READ_RELEASE;
@@ -60,3 +70,7 @@ pub static ALL: [&Script; 10] = [
     &tairlock::scripts::EXPIRE_UNLOCK,
     &tairlock::scripts::RENEW,
 ];
+
+/// The scripts of the fair mode for writers ([`Options::fair`](crate::Options::fair)), loaded
+/// when first used.
+pub static FAIR: [&Script; 2] = [&FAIR_WRITE_ACQUIRE, &FAIR_WRITE_RELEASE];

@@ -3,6 +3,9 @@
 --   ARGV[1]  the reader's nonce
 --   ARGV[2]  the lock's release channel <prefix>{name}:released
 --   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
+--   KEYS[2], KEYS[3]  optional: the fair writers' queue <prefix>{name}:wq and waiters hash
+--            <prefix>{name}:ww; when the last live reader leaves, the first live queued writer
+--            is woken on its wake channel too (read-only on the queue)
 -- Returns 1 released, -1 not held (the lease had expired, or was released already).
 -- Error WRONGTYPE when the key holds data that is not ours; nothing is removed.
 local rt = redis.call('TYPE', KEYS[1])['ok']
@@ -26,6 +29,26 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   -- retries, which the holder's remaining time bounds.
   if ARGV[3] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[2], 'released')) == 'table' then
     redis.pcall('PUBLISH', ARGV[2], 'released')
+  end
+  if KEYS[3] and redis.call('TYPE', KEYS[2])['ok'] == 'zset'
+      and redis.call('TYPE', KEYS[3])['ok'] == 'hash' then
+    local i = 0
+    while true do
+      local first = redis.call('ZRANGE', KEYS[2], i, i)[1]
+      if not first then break end
+      local info = redis.call('HGET', KEYS[3], first)
+      local ends, channel
+      if info then
+        ends, channel = string.match(info, '^(%d+):%d+:(.*)$')
+      end
+      if ends and tonumber(ends) > now then
+        if ARGV[3] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', channel, 'released')) == 'table' then
+          redis.pcall('PUBLISH', channel, 'released')
+        end
+        break
+      end
+      i = i + 1
+    end
   end
 end
 return 1

@@ -1,0 +1,142 @@
+-- rw_fair_write_release: a fair writer's release, or a fair waiter leaving the queue; either
+-- way a freed write lock is granted in the same step to the first live queued writer, and that
+-- writer alone is woken.
+--   KEYS[1]  writer key   <prefix>{name}:w
+--   KEYS[2]  intent key   <prefix>{name}:wi
+--   KEYS[3]  fence key    <prefix>{name}:fence
+--   KEYS[4]  queue        <prefix>{name}:wq   (as rw_fair_write_acquire)
+--   KEYS[5]  waiters      <prefix>{name}:ww
+--   ARGV[1]  the write lease to release, or (ARGV[2] = 'nonce') the nonce of a waiter leaving:
+--            it leaves the queue, withdraws its intent, and a grant it received is released
+--   ARGV[2]  'lease' or 'nonce'
+--   ARGV[3]  how long the fence state outlives a lease, in ms
+--   ARGV[4]  the lock's release channel: announced to when the lock is free and nobody fair is
+--            waiting (readers and plain writers wait there)
+--   ARGV[5]  'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
+--   ARGV[6]  intent lease in ms (writer preference; 0: none): a fair intent passes to the next
+--            live queued writer for that long
+-- Returns {released, granted}: released 1 (the lease was ours and is gone), 0 (held by another
+-- lease; nothing changed but a leaving waiter's place and intent), -1 (not held); granted 1
+-- when the lock went to the next queued writer, else 0. Safe to repeat: a repeat finds nothing
+-- of ours.
+-- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
+local function check(key, want, what)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
+  end
+  return t
+end
+local wt = check(KEYS[1], 'string', 'writer')
+if type(wt) == 'table' then return wt end
+local it = check(KEYS[2], 'string', 'intent')
+if type(it) == 'table' then return it end
+local ft = check(KEYS[3], 'string', 'fence')
+if type(ft) == 'table' then return ft end
+local qt = check(KEYS[4], 'zset', 'queue')
+if type(qt) == 'table' then return qt end
+local ht = check(KEYS[5], 'hash', 'waiters')
+if type(ht) == 'table' then return ht end
+local last = 0
+if ft == 'string' then
+  local raw = redis.call('GET', KEYS[3])
+  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
+    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
+  end
+  last = tonumber(raw)
+end
+local writer = false
+if wt == 'string' then
+  writer = redis.call('GET', KEYS[1])
+  if string.sub(writer, 1, 4) ~= 'tl1:' then
+    return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
+  end
+end
+local intent = false
+if it == 'string' then
+  intent = redis.call('GET', KEYS[2])
+  if not string.match(intent, '^%x+$') then
+    return redis.error_reply('NOTLOCK intent key holds a value that is not a writer intent')
+  end
+end
+local fair_intent = intent and redis.call('HEXISTS', KEYS[5], intent) == 1
+local intent_ms = tonumber(ARGV[6])
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local function announce(channel, message)
+  if ARGV[5] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', channel, message)) == 'table' then
+    redis.pcall('PUBLISH', channel, message)
+  end
+end
+local function leave(who)
+  redis.call('ZREM', KEYS[4], who)
+  redis.call('HDEL', KEYS[5], who)
+end
+-- The first live queued writer and its entry; waiters whose lease ran out are dropped.
+local function head()
+  while true do
+    local first = redis.call('ZRANGE', KEYS[4], 0, 0)[1]
+    if not first then return false end
+    local info = redis.call('HGET', KEYS[5], first)
+    local ends, wl, channel
+    if info then
+      ends, wl, channel = string.match(info, '^(%d+):(%d+):(.*)$')
+    end
+    if ends and tonumber(ends) > now then return first, tonumber(wl), channel end
+    leave(first)
+  end
+end
+-- A fair intent names the first live queued writer: move it there, or drop it. True if kept.
+local function pass_intent()
+  local first = head()
+  if first and intent_ms > 0 then
+    redis.call('SET', KEYS[2], first, 'PX', intent_ms)
+    return true
+  end
+  redis.call('DEL', KEYS[2])
+  return false
+end
+local ours
+local withdrew = false
+if ARGV[2] == 'nonce' then
+  leave(ARGV[1])
+  withdrew = intent == ARGV[1]
+  local mine = ':' .. ARGV[1]
+  ours = writer and string.sub(writer, -#mine) == mine
+else
+  ours = writer == ARGV[1]
+end
+local moves = withdrew or fair_intent
+if not ours then
+  if moves and not pass_intent() then
+    -- Readers kept out by the intent may enter now.
+    announce(ARGV[4], 'released')
+  end
+  if writer then return {0, 0} end
+  return {-1, 0}
+end
+redis.call('DEL', KEYS[1])
+local retention = tonumber(ARGV[3])
+local first, wl, channel = head()
+if first then
+  -- Granted for the waiter lease: a grant to a waiter that died lapses that soon; the waiter
+  -- confirms it (rw_fair_write_acquire) and so gets its full lease.
+  local fence = last + 1
+  if now_us > fence then
+    fence = now_us
+  end
+  redis.call('SET', KEYS[1], string.format('tl1:%d:%d:%s', now + wl, fence, first), 'PX', wl)
+  redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', wl + retention)
+  leave(first)
+  if moves then
+    pass_intent()
+  end
+  announce(channel, 'granted')
+  return {1, 1}
+end
+if moves then
+  redis.call('DEL', KEYS[2])
+end
+announce(ARGV[4], 'released')
+return {1, 0}

@@ -125,6 +125,22 @@ impl<S: Store> Locker for ExpireLock<S> {
             Some(wait) if wait.is_zero() => self.try_lock(name).await?,
             Some(wait) => self.try_lock_for(name, wait).await?,
         };
+        // A fair grant taken from its announcement (one hop) lasts only the waiter lease until
+        // the guard confirms it, which it does at once in the background. The command must not
+        // start on that short deadline: `run` would take it for overdue renewals and stop the
+        // command at once. Confirm it here (one round trip, only after such a handoff).
+        if let Some(guard) = &guard
+            && self.options().fair
+        {
+            let lease = self.options().watchdog_lease;
+            let short = guard
+                .lease()
+                .deadline()
+                .is_some_and(|d| d < Instant::now() + lease / 2);
+            if short {
+                guard.renew(lease).await?;
+            }
+        }
         Ok(guard.map(|guard| Held { guard, key }))
     }
 }

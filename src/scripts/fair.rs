@@ -9,11 +9,18 @@ use crate::script::{
 };
 
 /// Take the lock if free and nobody live is queued ahead, else queue. Lua: `fair_lock.lua`.
-pub static FAIR_LOCK: Script = Script::new("fair_lock", include_str!("fair_lock.lua"), lock);
+pub static FAIR_LOCK: Script = Script::new(
+    "fair_lock",
+    concat!(include_str!("prelude.lua"), include_str!("fair_lock.lua")),
+    lock,
+);
 
 /// Release (or leave the queue) and grant to the next waiter. Lua: `fair_unlock.lua`.
-pub static FAIR_UNLOCK: Script =
-    Script::new("fair_unlock", include_str!("fair_unlock.lua"), unlock);
+pub static FAIR_UNLOCK: Script = Script::new(
+    "fair_unlock",
+    concat!(include_str!("prelude.lua"), include_str!("fair_unlock.lua")),
+    unlock,
+);
 
 /// `TYPE` must be `none` or `want`.
 fn check(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<()> {

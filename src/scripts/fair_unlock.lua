@@ -14,29 +14,12 @@
 -- lease; nothing changed but a leaving waiter's place), -1 (not held); granted 1 when the lock
 -- went to the next waiter, else 0. Safe to repeat: a repeat finds nothing of ours.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
-local function check(key, want, what)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
-  end
-  return t
-end
-local lock_type = check(KEYS[1], 'string', 'lock')
-if type(lock_type) == 'table' then return lock_type end
-local fence_type = check(KEYS[2], 'string', 'fence')
-if type(fence_type) == 'table' then return fence_type end
-local q_type = check(KEYS[3], 'zset', 'queue')
-if type(q_type) == 'table' then return q_type end
-local w_type = check(KEYS[4], 'hash', 'waiters')
-if type(w_type) == 'table' then return w_type end
-local last = 0
-if fence_type == 'string' then
-  local raw = redis.call('GET', KEYS[2])
-  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
-    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
-  end
-  last = tonumber(raw)
-end
+-- check_types, read_fence: from prelude.lua, prepended.
+local types = check_types({{KEYS[1], 'string', 'lock'}, {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}})
+if types.err then return types end
+local lock_type, fence_type, q_type, w_type = types[1], types[2], types[3], types[4]
+local last = read_fence(KEYS[2], fence_type)
+if type(last) == 'table' then return last end
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')

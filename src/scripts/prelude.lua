@@ -1,5 +1,6 @@
--- prelude: helpers shared by the scripts built with it (scripts/semaphore.rs prepends this file
--- to each of them, so the script the server loads is this file followed by the script's own).
+-- prelude: helpers shared by the scripts built with it (the semaphore's and the fair mode's:
+-- scripts/semaphore.rs and scripts/fair.rs prepend this file to each of them, so the script the
+-- server loads is this file followed by the script's own).
 --
 -- check_types(spec): spec is a list of {key, wanted type, what}. Returns the keys' types ('none'
 -- where a key is absent), or, for the first key that holds another type than wanted, the
@@ -15,6 +16,19 @@ local function check_types(spec)
     types[i] = t
   end
   return types
+end
+-- read_fence(key, key_type): the last fencing token a fence key holds (0 when it is absent,
+-- key_type being its type from check_types), or the NOTLOCK error reply when it holds a value
+-- that is not a fencing token.
+local function read_fence(key, key_type)
+  if key_type ~= 'string' then
+    return 0
+  end
+  local raw = redis.call('GET', key)
+  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
+    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
+  end
+  return tonumber(raw)
 end
 -- now_us(): the server's time in microseconds.
 local function now_us()

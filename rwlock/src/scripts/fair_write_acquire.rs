@@ -10,7 +10,10 @@ use super::db::{ends_with_nonce, intent, reap, typed, waiter_entry, writer_lease
 /// `fair_write_acquire.lua`.
 pub static FAIR_WRITE_ACQUIRE: Script = Script::new(
     "rw_fair_write_acquire",
-    include_str!("fair_write_acquire.lua"),
+    concat!(
+        include_str!("prelude.lua"),
+        include_str!("fair_write_acquire.lua")
+    ),
     native,
 );
 

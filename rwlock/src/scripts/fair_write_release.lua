@@ -20,31 +20,12 @@
 -- when the lock went to the next queued writer, else 0. Safe to repeat: a repeat finds nothing
 -- of ours.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
-local function check(key, want, what)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    return redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. t)
-  end
-  return t
-end
-local wt = check(KEYS[1], 'string', 'writer')
-if type(wt) == 'table' then return wt end
-local it = check(KEYS[2], 'string', 'intent')
-if type(it) == 'table' then return it end
-local ft = check(KEYS[3], 'string', 'fence')
-if type(ft) == 'table' then return ft end
-local qt = check(KEYS[4], 'zset', 'queue')
-if type(qt) == 'table' then return qt end
-local ht = check(KEYS[5], 'hash', 'waiters')
-if type(ht) == 'table' then return ht end
-local last = 0
-if ft == 'string' then
-  local raw = redis.call('GET', KEYS[3])
-  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
-    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
-  end
-  last = tonumber(raw)
-end
+-- check_types, read_fence: from prelude.lua, prepended.
+local types = check_types({{KEYS[1], 'string', 'writer'}, {KEYS[2], 'string', 'intent'}, {KEYS[3], 'string', 'fence'}, {KEYS[4], 'zset', 'queue'}, {KEYS[5], 'hash', 'waiters'}})
+if types.err then return types end
+local wt, it, ft, qt, ht = types[1], types[2], types[3], types[4], types[5]
+local last = read_fence(KEYS[3], ft)
+if type(last) == 'table' then return last end
 local writer = false
 if wt == 'string' then
   writer = redis.call('GET', KEYS[1])

@@ -9,7 +9,10 @@ use super::db::{ends_with_nonce, intent, typed, waiter_entry, writer_lease};
 /// first live queued writer. Lua: `fair_write_release.lua`.
 pub static FAIR_WRITE_RELEASE: Script = Script::new(
     "rw_fair_write_release",
-    include_str!("fair_write_release.lua"),
+    concat!(
+        include_str!("prelude.lua"),
+        include_str!("fair_write_release.lua")
+    ),
     native,
 );
 

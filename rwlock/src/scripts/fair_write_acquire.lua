@@ -28,26 +28,16 @@
 --                                   left), or a plain writer's intent is up (pttl: its time left)
 --   {0, 'readers', pttl, readers}   live readers are in; the last lease ends within pttl ms
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
--- check_types, read_fence: from prelude.lua, prepended.
+-- check_types, read_fence, read_writer, read_intent: from prelude.lua, prepended.
 local types = check_types({{KEYS[1], 'string', 'writer'}, {KEYS[2], 'zset', 'readers'}, {KEYS[3], 'string', 'intent'}, {KEYS[4], 'string', 'fence'}, {KEYS[5], 'zset', 'queue'}, {KEYS[6], 'hash', 'waiters'}})
 if types.err then return types end
 local wt, rt, it, ft, qt, ht = types[1], types[2], types[3], types[4], types[5], types[6]
 local last = read_fence(KEYS[4], ft)
 if type(last) == 'table' then return last end
-local writer = false
-if wt == 'string' then
-  writer = redis.call('GET', KEYS[1])
-  if string.sub(writer, 1, 4) ~= 'tl1:' then
-    return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
-  end
-end
-local intent = false
-if it == 'string' then
-  intent = redis.call('GET', KEYS[3])
-  if not string.match(intent, '^%x+$') then
-    return redis.error_reply('NOTLOCK intent key holds a value that is not a writer intent')
-  end
-end
+local writer = read_writer(KEYS[1], wt)
+if type(writer) == 'table' then return writer end
+local intent = read_intent(KEYS[3], it)
+if type(intent) == 'table' then return intent end
 -- An intent a fair waiter holds (it names a queued writer): the queue moves it along. Any other
 -- intent is a plain writer's, which fair writers respect as plain ones do.
 local fair_intent = intent and redis.call('HEXISTS', KEYS[6], intent) == 1

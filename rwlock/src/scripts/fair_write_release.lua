@@ -20,26 +20,16 @@
 -- when the lock went to the next queued writer, else 0. Safe to repeat: a repeat finds nothing
 -- of ours.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
--- check_types, read_fence: from prelude.lua, prepended.
+-- check_types, read_fence, read_writer, read_intent: from prelude.lua, prepended.
 local types = check_types({{KEYS[1], 'string', 'writer'}, {KEYS[2], 'string', 'intent'}, {KEYS[3], 'string', 'fence'}, {KEYS[4], 'zset', 'queue'}, {KEYS[5], 'hash', 'waiters'}})
 if types.err then return types end
 local wt, it, ft, qt, ht = types[1], types[2], types[3], types[4], types[5]
 local last = read_fence(KEYS[3], ft)
 if type(last) == 'table' then return last end
-local writer = false
-if wt == 'string' then
-  writer = redis.call('GET', KEYS[1])
-  if string.sub(writer, 1, 4) ~= 'tl1:' then
-    return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
-  end
-end
-local intent = false
-if it == 'string' then
-  intent = redis.call('GET', KEYS[2])
-  if not string.match(intent, '^%x+$') then
-    return redis.error_reply('NOTLOCK intent key holds a value that is not a writer intent')
-  end
-end
+local writer = read_writer(KEYS[1], wt)
+if type(writer) == 'table' then return writer end
+local intent = read_intent(KEYS[2], it)
+if type(intent) == 'table' then return intent end
 local fair_intent = intent and redis.call('HEXISTS', KEYS[5], intent) == 1
 local intent_ms = tonumber(ARGV[6])
 local t = redis.call('TIME')

@@ -1,7 +1,8 @@
 -- prelude: helpers shared by the fair writers' scripts (fair_write_acquire.rs and
 -- fair_write_release.rs prepend this file to each, so the script the server loads is this file
--- followed by the script's own). The same helpers as the core crate's src/scripts/prelude.lua,
--- kept in this crate so that it builds on its own.
+-- followed by the script's own). check_types, read_fence and the clock are the core crate's
+-- (src/scripts/prelude.lua), kept in this crate so that it builds on its own; read_writer and
+-- read_intent are the RwLock's.
 --
 -- check_types(spec): spec is a list of {key, wanted type, what}. Returns the keys' types ('none'
 -- where a key is absent), or, for the first key that holds another type than wanted, the
@@ -30,6 +31,30 @@ local function read_fence(key, key_type)
     return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
   end
   return tonumber(raw)
+end
+-- read_writer(key, key_type): the writer's lease the writer key holds (false when absent), or
+-- the NOTLOCK error reply when it holds a value that is not a tairlock lease.
+local function read_writer(key, key_type)
+  if key_type ~= 'string' then
+    return false
+  end
+  local writer = redis.call('GET', key)
+  if string.sub(writer, 1, 4) ~= 'tl1:' then
+    return redis.error_reply('NOTLOCK writer key holds a value that is not a tairlock lease')
+  end
+  return writer
+end
+-- read_intent(key, key_type): the waiting writer's nonce the intent key holds (false when
+-- absent), or the NOTLOCK error reply when it holds a value that is not a writer intent.
+local function read_intent(key, key_type)
+  if key_type ~= 'string' then
+    return false
+  end
+  local intent = redis.call('GET', key)
+  if not string.match(intent, '^%x+$') then
+    return redis.error_reply('NOTLOCK intent key holds a value that is not a writer intent')
+  end
+  return intent
 end
 -- now_us(): the server's time in microseconds.
 local function now_us()

@@ -41,7 +41,7 @@ pub struct BenchConfig {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 26] = [
+pub const SCENARIOS: [&str; 28] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
@@ -57,6 +57,8 @@ pub const SCENARIOS: [&str; 26] = [
     "contended-fair",
     "contended-poll-setnx",
     "contended-poll-getset",
+    "idle-ping",
+    "idle-release",
     "handoff",
     "handoff-fair",
     "semaphore-cycle",

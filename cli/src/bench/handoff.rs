@@ -8,12 +8,100 @@ use tairlock::ExpireLock;
 
 use super::common::{BenchRow, options};
 use super::counted::BenchStore;
+use super::floor::FLOOR_CAD;
 use super::sample::Samples;
 
 /// How long the waiter waits before each release: 5, 9, 13, ... 25 ms, round and round (long
 /// enough for it to be queued and subscribed; varied so nothing runs in step with a timer).
 fn pause(i: u64) -> Duration {
     Duration::from_millis(5 + 4 * (i % 6))
+}
+
+/// The floors of a forced handoff, from a client of its own that has been idle as long as the
+/// handoff scenarios' holder (5–25 ms, round and round) before each round trip: `idle-ping`
+/// (`PING`) and `idle-release` (the floor's `EVALSHA` compare-and-delete of a key set before the
+/// pause, unmeasured). On virtual machines an idle client and an idle server each pay a wake-up
+/// that a back-to-back `ping` never sees, and a script on a server that was idle runs cold; a
+/// release that hands a lock over pays all of that, so a handoff is judged against these.
+/// On a bare redis-rs connection where there is one (what a hand-written client pays), else
+/// through the store.
+pub(super) async fn idle_floor<S: BenchStore>(
+    store: &S,
+    d: Duration,
+    release: bool,
+) -> tairlock::Result<(BenchRow, u64)> {
+    let mut bare = store.bare().await;
+    let client = store.another().await?;
+    let key = format!("tairlock-bench:idle-{}", tairlock::new_nonce());
+    let token = tairlock::new_nonce();
+    let keys = [key.clone()];
+    let args = [token.clone()];
+    let set = async |bare: &mut Option<redis::aio::MultiplexedConnection>| match bare.as_mut() {
+        Some(conn) => redis::cmd("SET")
+            .arg(&key)
+            .arg(&token)
+            .arg("PX")
+            .arg(10_000)
+            .query_async::<()>(conn)
+            .await
+            .map_err(super::common::bare_error),
+        None => client
+            .set_nx_px(&key, token.as_bytes(), Duration::from_secs(10))
+            .await
+            .map(|_| ()),
+    };
+    let measured =
+        async |bare: &mut Option<redis::aio::MultiplexedConnection>| match (bare.as_mut(), release)
+        {
+            (Some(conn), false) => redis::cmd("PING")
+                .query_async::<()>(conn)
+                .await
+                .map_err(super::common::bare_error),
+            (Some(conn), true) => redis::Script::new(FLOOR_CAD.lua())
+                .key(&key)
+                .arg(&token)
+                .invoke_async::<i64>(conn)
+                .await
+                .map(|_| ())
+                .map_err(super::common::bare_error),
+            (None, false) => client.ping().await,
+            (None, true) => client.eval(&FLOOR_CAD, &keys, &args).await.map(|_| ()),
+        };
+    // Warm: the script loaded, the connection up.
+    set(&mut bare).await?;
+    measured(&mut bare).await?;
+    let mut latencies = Vec::new();
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < d {
+        if release {
+            set(&mut bare).await?;
+        }
+        tokio::time::sleep(pause(i)).await;
+        let sent = Instant::now();
+        measured(&mut bare).await?;
+        latencies.push(sent.elapsed());
+        i += 1;
+    }
+    let mut samples = Samples {
+        latencies,
+        elapsed: start.elapsed(),
+        ops: i,
+    };
+    let row = BenchRow {
+        scenario: if release { "idle-release" } else { "idle-ping" }.to_owned(),
+        store: store.label().to_owned(),
+        ops_per_sec: None,
+        p50_us: samples.pct(0.5),
+        p99_us: samples.pct(0.99),
+        ratio_to_floor: None,
+        // One measured command per round trip (the bare connection's are not counted).
+        commands_per_op: bare.is_some().then_some(1.0),
+        same_worker_pct: None,
+        max_wait_ms: None,
+        note: format!("{i} round trips, each after 5-25 ms idle"),
+    };
+    Ok((row, i))
 }
 
 /// Hand one lock from a holder to a waiting client over and over for `d`, in fair mode or not.

@@ -25,6 +25,7 @@
 //! | `contended-fair` | the same in fair mode ([`Options::fair`](tairlock::Options::fair)) | PING |
 //! | `contended-poll-setnx` | the same with SET NX PX and a 10 ms sleep-retry loop | PING |
 //! | `contended-poll-getset` | the same with GetSetLock at its 10 ms poll | PING |
+//! | `idle-ping`, `idle-release` | the floors of a forced handoff: one round trip (`PING`; the floor's compare-and-delete script) from a client idle 5–25 ms before each, as the handoff's holder is; on virtual machines an idle client and server pay wake-ups, and a script on an idle server runs cold, which a back-to-back `ping` never shows | — |
 //! | `handoff`, `handoff-fair` | forced handoff: a holder releases while one waiter (a client of its own) has been waiting 5–25 ms; latency = release sent → the waiter's guard returned (default mode; fair mode, where the release's announcement hands the lock over) | — |
 //! | `semaphore-cycle` | [`Semaphore`](tairlock::Semaphore) attempt + release of one of 3 permits (the note has each one's p50) | floor cycle |
 //! | `contended-semaphore` | one acquisition by one of 8 clients (own connections) of 3 permits, holding 1 ms; latency = the wait | — |

@@ -351,6 +351,8 @@ pub async fn run<S: BenchStore>(
                 contended(&store, 8, d, Handoff::PollGetSet, ping_p50).await?
             }
             "contended-poll-setnx" => contended(&store, 8, d, Handoff::PollSetNx, ping_p50).await?,
+            "idle-ping" => super::handoff::idle_floor(&store, d, false).await?,
+            "idle-release" => super::handoff::idle_floor(&store, d, true).await?,
             "handoff" => super::handoff::forced(&store, d, false).await?,
             "handoff-fair" => super::handoff::forced(&store, d, true).await?,
             "semaphore-cycle" => super::semaphore::cycle(&store, d, floor_cycle).await?,

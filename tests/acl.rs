@@ -5,7 +5,8 @@
 //!   refused. No release may fail on that (the scripts delete, then announce), and waiters poll
 //!   instead of failing, with the refusal recorded once, not an error per attempt.
 //! - The minimal rules the README documents are enough for every lock kind, notifications
-//!   included. The test reads them from the README, so the two cannot drift apart.
+//!   included: the expire lock and the RwLock (each also in fair mode, with a handoff), the
+//!   semaphore (default and fair), `lock_many` and the inspections. The test reads them from the README, so the two cannot drift apart.
 
 mod support;
 
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use support::RedisServer;
 use support::cluster::RedisCluster;
 use tairlock::notify::PubSub;
-use tairlock::{Acquire, ClusterStore, ExpireLock, RedisStore, Store, Unlock};
+use tairlock::{Acquire, ClusterStore, ExpireLock, RedisStore, Semaphore, Store, Unlock};
 use tairlock_rwlock::{Release, RwLock};
 
 const USER_PASSWORD: &str = "pw";
@@ -181,6 +182,121 @@ async fn rwlocks_work<S: Store>(holder: S, waiter: S) {
     assert_eq!(w.release().await.unwrap(), Release::Released);
 }
 
+/// Wait until `parked` has had time to queue, and check it is still waiting.
+async fn still_waiting<T>(parked: &tokio::task::JoinHandle<T>, what: &str) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!parked.is_finished(), "{what} got a held lock");
+}
+
+/// Await a parked waiter, well within the holders' leases.
+async fn handed<T>(parked: tokio::task::JoinHandle<tairlock::Result<T>>, what: &str) -> T {
+    tokio::time::timeout(Duration::from_secs(5), parked)
+        .await
+        .unwrap_or_else(|_| panic!("{what} must get the lock soon after the release"))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{what}: waiting must not fail: {e}"))
+}
+
+/// The fair modes (a handoff each: the expire lock's and the RwLock's writers'), the semaphore
+/// (default and fair), `lock_many` and the inspections, as the store's user.
+async fn fair_and_counting_locks_work<S: Store>(holder: S, waiter: S) {
+    // The expire lock in fair mode: the release grants the lock to the queued waiter.
+    let fair = tairlock::Options::default().fair(true);
+    let locks = ExpireLock::with_options(holder.clone(), fair.clone());
+    let held = locks.lock("fair").await.expect("fair lock");
+    let other = ExpireLock::with_options(waiter.clone(), fair);
+    let o = other.clone();
+    let parked = tokio::spawn(async move { o.lock("fair").await });
+    still_waiting(&parked, "a fair waiter").await;
+    let before = held.fence();
+    assert_eq!(
+        held.release().await.expect("fair release"),
+        Unlock::Released
+    );
+    let next = handed(parked, "the fair waiter").await;
+    assert!(next.fence() > before);
+    let seen = locks.inspect("fair").await.expect("inspect");
+    assert_eq!(seen.holder.map(|l| l.fence()), Some(next.fence()));
+    assert_eq!(
+        next.release().await.expect("fair release"),
+        Unlock::Released
+    );
+
+    // The RwLock's fair writers: a queued writer is handed the write lock.
+    let fair = tairlock_rwlock::Options::default().fair(true);
+    let rw = RwLock::with_options(holder.clone(), fair.clone());
+    let w = rw.write("fairdoc").await.expect("fair write");
+    let other = RwLock::with_options(waiter.clone(), fair);
+    let o = other.clone();
+    let parked = tokio::spawn(async move { o.write("fairdoc").await });
+    still_waiting(&parked, "a fair writer").await;
+    let seen = rw.inspect("fairdoc").await.expect("rw inspect");
+    assert_eq!(
+        seen.queue.len(),
+        1,
+        "the waiting writer is queued: {seen:?}"
+    );
+    assert_eq!(
+        w.release().await.expect("fair write release"),
+        Release::Released
+    );
+    let next = handed(parked, "the fair writer").await;
+    assert_eq!(
+        next.release().await.expect("fair write release"),
+        Release::Released
+    );
+    let r = rw
+        .read("fairdoc")
+        .await
+        .expect("read after the fair writers");
+    assert_eq!(r.release().await.expect("read release"), Release::Released);
+
+    // The semaphore, by default and fair: a waiter gets the permit the holder gives back.
+    for fair in [false, true] {
+        let options = tairlock::SemaphoreOptions::default().fair(fair);
+        let name = if fair { "fairpool" } else { "pool" };
+        let sem = Semaphore::with_options(holder.clone(), 1, options.clone());
+        let permit = sem.acquire(name, 1).await.expect("permit");
+        let other = Semaphore::with_options(waiter.clone(), 1, options);
+        let o = other.clone();
+        let parked = tokio::spawn(async move { o.acquire(name, 1).await });
+        still_waiting(&parked, "a semaphore waiter").await;
+        let seen = sem.inspect(name).await.expect("semaphore inspect");
+        assert_eq!(seen.in_use, 1, "{seen:?}");
+        assert_eq!(
+            permit.release().await.expect("permit release"),
+            Unlock::Released
+        );
+        let next = handed(parked, "the semaphore waiter").await;
+        assert_eq!(
+            next.release().await.expect("permit release"),
+            Unlock::Released
+        );
+        assert_eq!(sem.available(name).await.expect("available"), 1);
+    }
+
+    // Several locks at once.
+    let locks = ExpireLock::new(holder);
+    let both = locks
+        .lock_many(&["many:1", "many:2"])
+        .await
+        .expect("lock_many");
+    assert!(
+        ExpireLock::new(waiter)
+            .try_lock_many(&["many:2", "many:3"])
+            .await
+            .expect("try_lock_many")
+            .is_none()
+    );
+    assert!(
+        both.release()
+            .await
+            .expect("release many")
+            .iter()
+            .all(|u| *u == Unlock::Released)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_channel_permissions_locks_releases_and_waits_by_polling() {
     let server = RedisServer::start();
@@ -252,7 +368,8 @@ async fn the_readme_acl_rules_are_enough_for_every_lock_kind_with_notifications(
     let waiter = store_as(&server, user, password).await;
 
     core_locks_work(&server, holder.clone(), waiter.clone()).await;
-    rwlocks_work(holder, waiter.clone()).await;
+    rwlocks_work(holder.clone(), waiter.clone()).await;
+    fair_and_counting_locks_work(holder, waiter.clone()).await;
 
     let notifier = waiter
         .notifier()

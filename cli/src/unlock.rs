@@ -1,12 +1,13 @@
 //! `tairlock unlock --force KEY`: delete a lock whoever holds it, for every kind — the expire
-//! lock, a reader/writer lock (its writer, every live reader and a waiting writer's intent), and
+//! lock, a reader/writer lock (its writer, every live reader, a waiting writer's intent and the
+//! fair writers' queue), and
 //! a legacy `SETNX`/`GETSET` key. A key that holds anything but one of our locks (a user's data)
 //! is refused, and nothing is deleted.
 //!
 //! | kind | how | refused when |
 //! |---|---|---|
 //! | expire lock | one script ([`ExpireLock::force_unlock`]) | the key is not a string, or not a `tl1:` lease |
-//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone | any of the lock's keys holds somebody else's data |
+//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone, except a grant a fair release made since to a writer that was queued in the snapshot (its leaving gives the grant back) | any of the lock's keys holds somebody else's data |
 //! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
@@ -39,7 +40,8 @@ const WATCH_ATTEMPTS: usize = 8;
 pub enum Kind {
     /// The expire lock, `<prefix>{name}`.
     Expire,
-    /// A reader/writer lock, `<prefix>{name}:w`, `:r`, `:wi`.
+    /// A reader/writer lock, `<prefix>{name}:w`, `:r`, `:wi`, and its fair writers' queue,
+    /// `:wq`, `:ww`.
     Rw,
     /// A legacy key, exactly as named.
     Legacy,
@@ -66,6 +68,9 @@ pub struct UnlockReport {
     /// Reader/writer locks: whether a waiting writer's intent was removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub intent: Option<bool>,
+    /// Reader/writer locks: how many places in the fair writers' queue were cleared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued: Option<usize>,
     /// Why it was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -81,6 +86,7 @@ impl UnlockReport {
             writer: None,
             readers: None,
             intent: None,
+            queued: None,
             reason: None,
         }
     }
@@ -121,7 +127,7 @@ impl UnlockReport {
                 self.reason.as_deref().unwrap_or("not one of our locks")
             ),
             "deleted" if self.kind == Kind::Rw => format!(
-                "deleted {what} {}: writer {}, {} reader(s), intent {}",
+                "deleted {what} {}: writer {}, {} reader(s), intent {}, {} queued writer(s)",
                 self.name,
                 if self.writer == Some(true) {
                     "removed"
@@ -134,6 +140,7 @@ impl UnlockReport {
                 } else {
                     "none"
                 },
+                self.queued.unwrap_or(0),
             ),
             "deleted" => format!("deleted {what} {}", self.name),
             _ => format!("{what} {} is not held", self.name),
@@ -165,8 +172,8 @@ pub async fn expire<S: Store>(
     }
 }
 
-/// Force-unlock the reader/writer lock `name`: its writer, every live reader and a waiting
-/// writer's intent, as one snapshot saw them.
+/// Force-unlock the reader/writer lock `name`: its writer, every live reader, a waiting
+/// writer's intent and every place in the fair writers' queue, as one snapshot saw them.
 ///
 /// # Errors
 ///
@@ -194,6 +201,8 @@ pub async fn rw<S: Store>(
             keys.writer.clone(),
             keys.readers.clone(),
             keys.intent.clone(),
+            keys.queue.clone(),
+            keys.waiters.clone(),
         ],
     );
     let refuse = |e: tairlock::Error, report: UnlockReport| {
@@ -203,7 +212,7 @@ pub async fn rw<S: Store>(
             Err(e)
         }
     };
-    let (mut writer, mut readers, mut intent) = (false, 0, false);
+    let (mut writer, mut readers, mut intent, mut queued) = (false, 0, false, 0);
     // A writer's lease rotates with each renewal: one that renewed between the snapshot and
     // its release is looked at again.
     for _ in 0..WATCH_ATTEMPTS {
@@ -222,6 +231,14 @@ pub async fn rw<S: Store>(
         if let Some(waiting) = &seen.intent {
             match locks.write_abandon(name, &waiting.nonce).await {
                 Ok(n) => intent |= n > 0,
+                Err(e) => return refuse(e, report),
+            }
+        }
+        // Then the fair writers' queue, last place first: each leaves as its writer would
+        // (withdrawing an intent naming it); a place whose waiter lease ran out goes too.
+        for place in seen.queue.iter().rev() {
+            match locks.fair_write_leave(name, &place.nonce).await {
+                Ok(_) => queued += 1,
                 Err(e) => return refuse(e, report),
             }
         }
@@ -245,10 +262,11 @@ pub async fn rw<S: Store>(
             break;
         }
     }
-    let mut report = report.deleted_if(writer || readers > 0 || intent);
+    let mut report = report.deleted_if(writer || readers > 0 || intent || queued > 0);
     report.writer = Some(writer);
     report.readers = Some(readers);
     report.intent = Some(intent);
+    report.queued = Some(queued);
     Ok(report)
 }
 
@@ -342,8 +360,8 @@ pub struct UnlockArgs {
     force: bool,
     #[command(flatten)]
     key: KeyArgs,
-    /// Unlock a reader/writer lock: its writer, every live reader and a waiting writer's intent
-    /// (detected automatically when its keys exist).
+    /// Unlock a reader/writer lock: its writer, every live reader, a waiting writer's intent and
+    /// the fair writers' queue (detected automatically when its keys exist).
     #[arg(long, conflicts_with = "legacy")]
     rw: bool,
     /// Unlock a legacy SETNX/GETSET lock: KEY exactly as the old code names it, deleted if it

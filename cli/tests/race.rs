@@ -514,3 +514,43 @@ fn the_fair_expire_lock_row_keeps_every_zero() {
         server.cli(&["KEYS", "*"])
     );
 }
+
+/// The RwLock's fair writers' row (issue #13): readers and fair writers mixed as in
+/// `rw-scripted`, every safety count zero on the embedded store and on a real server (overlaps
+/// only where a holder stalls past its lease), and no key left behind — the writers' queue
+/// included.
+#[test]
+fn the_rw_fair_writers_row_keeps_every_zero() {
+    let server = server::RedisServer::start();
+    let url = server.url();
+    for store in [None, Some(url.as_str())] {
+        let mut args = vec!["--algorithm", "rw-fair-writers", "--trials", "2"];
+        if let Some(url) = store {
+            args.extend(["--redis", url, "--lease", "100ms", "--duration", "1500ms"]);
+            args.extend(["--scenario", "short-stalls", "--scenario", "crashes"]);
+        }
+        let (code, rows, stderr) = race(&args);
+        assert_eq!(code, 0, "stderr:\n{stderr}\n{}", server.log_section());
+        assert_eq!(rows.len(), if store.is_some() { 2 } else { 4 }, "{rows:?}");
+        for row in rows_of(&rows, "rw-fair-writers") {
+            assert_eq!(row["expectation"], "safe", "{row}");
+            assert!(count(row, "acquisitions") > 0, "{row}");
+            assert_eq!(
+                count(row, "foreign_deletions")
+                    + count(row, "stale_writes_accepted")
+                    + count(row, "stuck_locks"),
+                0,
+                "{row}"
+            );
+            if row["scenario"] != "long-stalls" {
+                assert_eq!(count(row, "overlaps"), 0, "{row}");
+            }
+        }
+    }
+    assert_eq!(
+        server.cli(&["DBSIZE"]).trim(),
+        "0",
+        "keys left: {}",
+        server.cli(&["KEYS", "*"])
+    );
+}

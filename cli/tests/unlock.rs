@@ -4,7 +4,8 @@
 //! - The expire lock: deleted; "not held"; a key holding user data refused (exit 5), untouched.
 //! - A reader/writer lock (detected, or `--rw`): its live readers and a waiting writer's intent
 //!   removed, then its writer; the readers' `tairlock run`s find their lease gone (exit 76) and
-//!   the waiting writer gets in. A lock key holding user data is refused, nothing deleted.
+//!   the waiting writer gets in. The fair writers' queue is cleared too. A lock key holding user
+//!   data is refused, nothing deleted.
 //! - A legacy key (`--legacy`): a timestamp deleted; a counter, a hash or an absent key refused
 //!   or reported, never deleted.
 //! - `--json` prints one JSON object for every outcome, refusals included.
@@ -164,6 +165,67 @@ fn a_reader_writer_lock_is_unlocked_readers_intent_and_writer() {
         76
     );
     assert_eq!(server.cli(&["EXISTS", "tairlock:{catalog}:w"]), "0");
+}
+
+/// A fair writer holds the lock while the fair queue keeps the place of a writer that crashed
+/// while waiting (written as `tairlock run --write --fair` leaves it, with a long waiter lease):
+/// the forced unlock removes the writer and clears the queue (`:wq`, `:ww`) in the same step,
+/// rather than leaving the place to lapse.
+#[test]
+fn a_fair_reader_writer_lock_is_unlocked_with_its_writers_queue() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("rw-fair");
+    let (up, stderr) = (dir.file("w.up"), dir.file("w.stderr"));
+    let mut holder = run(
+        &server,
+        "ledger",
+        &["--write", "--fair", "--ttl", "3s"],
+        &format!("touch {}; sleep 20", up.display()),
+        &stderr,
+    )
+    .spawn()
+    .unwrap();
+    until(Duration::from_secs(10), "the fair writer", || up.exists());
+    // The crashed waiter's place: arrival (server µs), and `<ends ms>:<lease ms>:<channel>`.
+    let time = server.cli(&["TIME"]);
+    let mut parts = time.split_whitespace().map(|p| p.parse::<u64>().unwrap());
+    let (secs, micros) = (parts.next().unwrap(), parts.next().unwrap());
+    let now_us = secs * 1_000_000 + micros;
+    let nonce = "c0ffee";
+    let place = format!(
+        "{}:60000:tairlock:{{ledger}}:released:w:crashed",
+        now_us / 1000 + 60_000
+    );
+    server.cli(&["ZADD", "tairlock:{ledger}:wq", &now_us.to_string(), nonce]);
+    server.cli(&["HSET", "tairlock:{ledger}:ww", nonce, &place]);
+    for key in ["tairlock:{ledger}:wq", "tairlock:{ledger}:ww"] {
+        server.cli(&["PEXPIRE", key, "60000"]);
+    }
+
+    let (code, json) = unlock_json(&server, "ledger", &["--rw"]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["outcome"], "deleted", "{json}");
+    assert_eq!(json["writer"], true, "{json}");
+    assert_eq!(json["queued"], 1, "{json}");
+    for key in ["tairlock:{ledger}:wq", "tairlock:{ledger}:ww"] {
+        assert!(
+            json["keys"].as_array().unwrap().iter().any(|k| k == key),
+            "{json}"
+        );
+    }
+    assert_eq!(
+        server.cli(&[
+            "EXISTS",
+            "tairlock:{ledger}:w",
+            "tairlock:{ledger}:wi",
+            "tairlock:{ledger}:wq",
+            "tairlock:{ledger}:ww",
+        ]),
+        "0",
+        "the writer, its intent and the queue are gone"
+    );
+    // The holder's watchdog finds its lease gone.
+    assert_eq!(wait(&mut holder, Duration::from_secs(15), &stderr), 76);
 }
 
 #[test]

@@ -277,8 +277,11 @@ impl<S: Store> RwLock<S> {
             // for the reads in progress only.
             self.local.revoke_shared(name);
         }
-        let fair = (mode == Mode::Write && self.options().fair)
-            .then(|| format!("{}:w:{}", keys.channel, self.local.waiters.id()).into());
+        let fair = if mode == Mode::Write && self.options().fair {
+            Some(self.fair_wake_channel(name)?.into())
+        } else {
+            None
+        };
         let step = Step {
             rw: self.clone(),
             name: name.into(),

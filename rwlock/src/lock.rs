@@ -139,6 +139,72 @@ impl<S: Store> RwLock<S> {
         self.leases.write_release(name, lease).await
     }
 
+    /// Single step of the fair mode ([`Options::fair`](crate::Options::fair)): one fair writer's
+    /// attempt under `nonce`, the same for every attempt of one acquisition. The write lock when
+    /// no writer holds it, no live reader is in, no plain writer's intent is up and no live fair
+    /// writer is queued ahead — or when a release granted it to `nonce` (confirmed now: the lease
+    /// becomes `lease` long, the fencing token stays). Else refused, and with `queue` this writer
+    /// joins the server-side queue or refreshes its place for
+    /// [`Options::waiter_lease`](crate::Options::waiter_lease) (repeat within it to keep the
+    /// place and to find a grant whose announcement was lost); with `intent`, the intent names
+    /// the first queued writer for that long, so new readers stay out. One round trip; safe to
+    /// repeat with the same nonce.
+    ///
+    /// Guards ([`write`](Self::write) and friends, with [`Options::fair`](crate::Options::fair))
+    /// are built on this; use it directly only to drive the protocol step by step (tests,
+    /// `tairlock race`).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_acquire`](Self::write_acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the write lock (or a place in the queue) may be held under
+    /// `nonce`: repeat the attempt, or [`fair_write_leave`](Self::fair_write_leave) with it.
+    pub async fn fair_write_acquire(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+        intent: Option<Duration>,
+        queue: bool,
+    ) -> Result<WriteAttempt> {
+        let wake = self.fair_wake_channel(name)?;
+        self.leases
+            .fair_write_acquire(name, nonce, lease, intent, queue, &wake)
+            .await
+    }
+
+    /// Single step of the fair mode: release the write lock if it holds exactly `lease`, and
+    /// grant it in the same step to the first live queued fair writer, which alone is woken;
+    /// with nobody queued, waiting readers and plain writers are notified. Safe to repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub async fn fair_write_release(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        self.leases.fair_write_release(name, lease).await
+    }
+
+    /// Single step of the fair mode: the fair writer `nonce` leaves the queue, withdraws its
+    /// intent, and gives back (handing it on) a write lock a release granted it, or that it took,
+    /// under that nonce. For a fair writer that gives up waiting or is cancelled. Safe to repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub async fn fair_write_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        self.leases.fair_write_leave(name, nonce).await
+    }
+
+    /// This client's wake channel for the fair writers of `name`: a grant to one of its queued
+    /// writers is announced there.
+    pub(crate) fn fair_wake_channel(&self, name: &str) -> Result<String> {
+        let channel = self.keys(name)?.channel;
+        Ok(format!("{channel}:w:{}", self.local.waiters.id()))
+    }
+
     /// Single step: move the reader `nonce`'s lease to `lease` from now (server time). `None`
     /// when the reader is gone (its lease passed): it cannot come back.
     ///
@@ -313,6 +379,67 @@ impl<S: Store> RwLock<S> {
             self.store().runtime(),
             "blocking_write_release",
             self.write_release(name, lease),
+        )
+    }
+
+    /// Blocking twin of [`fair_write_acquire`](Self::fair_write_acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_write_acquire`](Self::fair_write_acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_write_acquire(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+        intent: Option<Duration>,
+        queue: bool,
+    ) -> Result<WriteAttempt> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_write_acquire",
+            self.fair_write_acquire(name, nonce, lease, intent, queue),
+        )
+    }
+
+    /// Blocking twin of [`fair_write_release`](Self::fair_write_release).
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_write_release`](Self::fair_write_release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_write_release(&self, name: &str, lease: &Lease) -> Result<Unlock> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_write_release",
+            self.fair_write_release(name, lease),
+        )
+    }
+
+    /// Blocking twin of [`fair_write_leave`](Self::fair_write_leave).
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_write_leave`](Self::fair_write_leave).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_write_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_write_leave",
+            self.fair_write_leave(name, nonce),
         )
     }
 

@@ -221,8 +221,8 @@ impl Resource {
 /// A watched key's state after a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyState {
-    /// The value: a string as text, a sorted set as `zset[member@score, ...]`, other types by
-    /// their type name.
+    /// The value: a string as text, a sorted set as `zset[member@score, ...]`, a hash as
+    /// `hash{field=value, ...}` (by field), other types by their type name.
     pub value: String,
     /// Whether it has a TTL.
     pub ttl: bool,
@@ -248,6 +248,19 @@ fn read_key(db: &mut Db, key: &str) -> Option<KeyState> {
                 .map(|(m, s)| format!("{}@{s}", String::from_utf8_lossy(m)))
                 .collect();
             format!("zset[{}]", members.join(", "))
+        }
+        "hash" => {
+            let mut fields: Vec<String> = db
+                .hgetall(key)
+                .unwrap_or_default()
+                .iter()
+                .map(|(f, v)| {
+                    let (f, v) = (String::from_utf8_lossy(f), String::from_utf8_lossy(v));
+                    format!("{f}={v}")
+                })
+                .collect();
+            fields.sort();
+            format!("hash{{{}}}", fields.join(", "))
         }
         other => other.to_owned(),
     };

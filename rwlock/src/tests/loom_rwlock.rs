@@ -46,11 +46,12 @@ fn crashed(crash: Option<&Crash>, trace: &Trace) -> bool {
 }
 
 /// An actor's nonce: its name in hex, so the trace can tell whose reader or intent it is.
-fn nonce() -> String {
+pub(super) fn nonce() -> String {
     actor().bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn actor_of(nonce: &str) -> String {
+/// The actor whose [`nonce`] this is.
+pub(super) fn actor_of(nonce: &str) -> String {
     (0..nonce.len() / 2)
         .filter_map(|i| u8::from_str_radix(&nonce[2 * i..2 * i + 2], 16).ok())
         .map(char::from)
@@ -112,7 +113,12 @@ fn two_step_writer(store: &MemoryStore, trace: &Trace, resource: &Resource, cras
 }
 
 /// The scripted reader: `read_acquire`, read, `read_release`; one script each.
-fn reader(store: &MemoryStore, trace: &Trace, resource: &Resource, crash: Option<&Crash>) {
+pub(super) fn reader(
+    store: &MemoryStore,
+    trace: &Trace,
+    resource: &Resource,
+    crash: Option<&Crash>,
+) {
     let locks = RwLock::new(store.clone());
     let nonce = nonce();
     if crashed(crash, trace) {
@@ -176,14 +182,14 @@ fn writer(store: &MemoryStore, trace: &Trace, resource: &Resource, crash: Option
 }
 
 /// A reader and a writer conflict, and two writers; two readers do not.
-fn conflict(a: &str, b: &str) -> bool {
+pub(super) fn conflict(a: &str, b: &str) -> bool {
     a.starts_with("write:") || b.starts_with("write:")
 }
 
 /// Whether a holder is still live at this point: a writer until the expirer removed its lease
 /// from the writer key; a scripted reader until the expirer removed the readers key with it in
 /// it; a two-step reader always (it has no lease).
-fn live(w: &'static str, r: &'static str) -> impl Fn(&[Event], &str) -> bool {
+pub(super) fn live(w: &'static str, r: &'static str) -> impl Fn(&[Event], &str) -> bool {
     move |events, held| {
         let (key, needle, whole) = match held.split_once(':') {
             Some(("write", v)) => (w, v, true),
@@ -202,6 +208,14 @@ fn live(w: &'static str, r: &'static str) -> impl Fn(&[Event], &str) -> bool {
 fn foreign_removals(events: &[Event]) -> Vec<String> {
     let mut found = harness::foreign_removals(events, W, str::to_owned);
     found.extend(harness::foreign_removals(events, WI, str::to_owned));
+    found.extend(reader_removals(events, R));
+    found
+}
+
+/// Steps by a client (not the expirer) that removed another client's reader from the readers
+/// zset `r`.
+pub(super) fn reader_removals(events: &[Event], r: &str) -> Vec<String> {
+    let mut found = Vec::new();
     for event in events {
         let Event::Step {
             actor,
@@ -212,7 +226,7 @@ fn foreign_removals(events: &[Event]) -> Vec<String> {
         else {
             continue;
         };
-        if key != R || actor == harness::EXPIRER {
+        if key != r || actor == harness::EXPIRER {
             continue;
         }
         let members = |v: &str| -> Vec<String> {

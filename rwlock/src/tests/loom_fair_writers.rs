@@ -26,6 +26,12 @@
 //! The model must reach a direct handoff (a release that granted to a queued writer, which
 //! confirmed it), a grant to the crashed `w1` that lapsed, a lapsed place dropped from the queue,
 //! a reader kept out by a queued writer's intent and a writer kept out by the reader.
+//!
+//! A second, smaller model ([`loom_rwlock_fair_writers_skip_a_lapsed_head`]) gives its writers
+//! different waiter leases, so that a lapsed place can head the queue in front of a live one
+//! while the queue's keys live on: here every writer has one waiter lease, and that state takes
+//! more preemptions than bound 3 allows. It must reach a release that meets such a head and
+//! skips it; a release that grants to it is `grant to a lapsed place`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -556,6 +562,7 @@ fn loom_rwlock_fair_writers_hold() {
     // A place that lapsed while a later one kept the queue alive takes a writer queued before
     // the first clock step, another refreshed between the two, and a third step: three
     // preemptions (`LOOM_MAX_PREEMPTIONS=3 bash scripts/loom.sh fair_writers`, ~80 s).
+    // `loom_rwlock_fair_writers_skip_a_lapsed_head` reaches a lapsed head at bound 2.
     if bound() >= 3 {
         findings.assert_reached(model, LAPSED_PLACE_DROPPED);
     }

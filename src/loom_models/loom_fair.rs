@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `foreign deletion` | a client's step deletes or replaces a live lease of another client's nonce (a release granting to the next waiter writes a lease for that waiter's nonce; that waiter confirming rewrites its own) |
 //! | `overlap` | a client enters while another is inside whose lease has not passed |
-//! | `fence order` | the fencing tokens of successive holders (by nonce) do not strictly increase |
+//! | `fence order` | a new grant (a lease written over nothing or over another nonce's) does not carry a larger fencing token than every grant before it, or a confirmation (a lease replacing one of the same nonce) changes its token |
 //! | `stuck` | once everyone is done, the lock key or a queue key exists without a TTL |
 //! | `orphaned grant` | once everyone is done, the lock is held (or granted) under the nonce of a client that neither crashed nor holds it |
 //!
@@ -122,13 +122,16 @@ fn foreign_by_nonce(events: &[Event]) -> Vec<String> {
     found
 }
 
-/// Successive holders' tokens (a change of nonce is a new grant) must strictly increase.
+/// Every new grant (a lease written over nothing, even under the nonce of a grant that lapsed,
+/// or over another nonce's lease) must carry a larger fencing token than every grant before it;
+/// a confirmation (a lease replacing one of the same nonce in one step) keeps the token.
 fn fence_order(events: &[Event]) -> Vec<String> {
-    let mut last: Option<(String, u64)> = None;
+    let mut highest: Option<u64> = None;
     let mut found = Vec::new();
     for event in events {
         let Event::Step {
             key,
+            before,
             after: Some(after),
             ..
         } = event
@@ -138,19 +141,31 @@ fn fence_order(events: &[Event]) -> Vec<String> {
         let Some(lease) = Lease::parse(&after.value).filter(|_| key == LOCK_KEY) else {
             continue;
         };
-        let now = (lease.nonce().to_owned(), lease.fence());
-        if let Some((nonce, fence)) = &last {
-            if *nonce != now.0 && now.1 <= *fence {
-                found.push(format!("fence {} granted after fence {fence}", now.1));
+        // A confirmation replaces a lease of the same nonce in one step; a lease written over
+        // nothing (even under the nonce of a grant that lapsed) is a new grant.
+        let replaced = before.as_ref().and_then(|b| Lease::parse(&b.value));
+        match replaced {
+            Some(old) if old.nonce() == lease.nonce() => {
+                if old.fence() != lease.fence() {
+                    found.push(format!(
+                        "a confirmation changed the fence {} to {}",
+                        old.fence(),
+                        lease.fence()
+                    ));
+                }
             }
-            if *nonce == now.0 && now.1 != *fence {
-                found.push(format!(
-                    "a confirmation changed the fence {fence} to {}",
-                    now.1
-                ));
+            _ => {
+                if let Some(highest) = highest
+                    && lease.fence() <= highest
+                {
+                    found.push(format!(
+                        "fence {} granted after fence {highest}",
+                        lease.fence()
+                    ));
+                }
             }
         }
-        last = Some(now);
+        highest = highest.max(Some(lease.fence()));
     }
     found
 }

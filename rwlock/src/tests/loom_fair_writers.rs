@@ -26,6 +26,12 @@
 //! The model must reach a direct handoff (a release that granted to a queued writer, which
 //! confirmed it), a grant to the crashed `w1` that lapsed, a lapsed place dropped from the queue,
 //! a reader kept out by a queued writer's intent and a writer kept out by the reader.
+//!
+//! A second, smaller model ([`loom_rwlock_fair_writers_skip_a_lapsed_head`]) gives its writers
+//! different waiter leases, so that a lapsed place can head the queue in front of a live one
+//! while the queue's keys live on: here every writer has one waiter lease, and that state takes
+//! more preemptions than bound 3 allows. It must reach a release that meets such a head and
+//! skips it; a release that grants to it is `grant to a lapsed place`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -61,18 +67,42 @@ fn options() -> Options {
         .intent_lease(WAITER_LEASE)
 }
 
+/// The lapsed-head model's waiter leases: the stalling writer's, and the others' (longer than
+/// the clock step, which is longer than the short one).
+const SHORT_WAITER_LEASE: Duration = Duration::from_secs(1);
+const LONG_WAITER_LEASE: Duration = Duration::from_secs(10);
+
 /// A fair writer: up to two attempts under one nonce, queueing; with the lock, write and
 /// release (handing it on); without, leave the queue.
 fn fair_writer(store: &MemoryStore, trace: &Trace, resource: &Resource, crash: Option<&Crash>) {
-    let locks = RwLock::with_options(store.clone(), options());
+    fair_writer_with(store, trace, resource, crash, WAITER_LEASE, 2, true);
+}
+
+/// A fair writer with `waiter_lease` (its intent lease as long): up to `attempts` attempts under
+/// one nonce, queueing; with the lock, write and release (handing it on); without, leave the
+/// queue if it `leaves`, else stall (a waiter that stopped polling: its place lapses).
+fn fair_writer_with(
+    store: &MemoryStore,
+    trace: &Trace,
+    resource: &Resource,
+    crash: Option<&Crash>,
+    waiter_lease: Duration,
+    attempts: usize,
+    leaves: bool,
+) {
+    let options = Options::default()
+        .fair(true)
+        .waiter_lease(waiter_lease)
+        .intent_lease(waiter_lease);
+    let locks = RwLock::with_options(store.clone(), options);
     let nonce = nonce();
     let crashed = || crash.is_some_and(|c| c.happened(trace));
-    for _ in 0..2 {
+    for _ in 0..attempts {
         if crashed() {
             return;
         }
         let attempt =
-            block_on(locks.fair_write_acquire(NAME, &nonce, LEASE, Some(WAITER_LEASE), true))
+            block_on(locks.fair_write_acquire(NAME, &nonce, LEASE, Some(waiter_lease), true))
                 .expect("fair_write_acquire");
         let lease = match attempt {
             WriteAttempt::Acquired(lease) => lease,
@@ -96,6 +126,10 @@ fn fair_writer(store: &MemoryStore, trace: &Trace, resource: &Resource, crash: O
         return;
     }
     if crashed() {
+        return;
+    }
+    if !leaves {
+        trace.note("stalls in the queue");
         return;
     }
     let left = block_on(locks.fair_write_leave(NAME, &nonce)).expect("leave");
@@ -376,6 +410,55 @@ fn handoffs(steps: &[Step]) -> usize {
         .count()
 }
 
+/// Once everyone is done: keys without a TTL and places that end later than `longest` (the
+/// longest waiter lease) from now (`stuck`); the lock held or granted, or a place kept, under the
+/// nonce of a writer that is `done` (`orphaned`).
+fn end_state(
+    store: &MemoryStore,
+    done: impl Fn(&str) -> bool,
+    longest: Duration,
+) -> (Vec<String>, Vec<String>) {
+    store.atomically(|db| {
+        let now = db.now().as_millis() as u64;
+        let mut stuck: Vec<String> = KEYS
+            .iter()
+            .filter(|k| db.pttl(k) == -1)
+            .map(|k| format!("everyone is done and {k} has no TTL"))
+            .collect();
+        let mut orphaned = Vec::new();
+        let ww = db.hgetall(WW).unwrap_or_default();
+        for (nonce, entry) in &ww {
+            let who = actor_of(&String::from_utf8_lossy(nonce));
+            let entry = String::from_utf8_lossy(entry);
+            let ends: Option<u64> = entry.split(':').next().and_then(|e| e.parse().ok());
+            if ends.is_none_or(|ends| ends > now + longest.as_millis() as u64) {
+                stuck.push(format!(
+                    "{who}'s place {entry:?} does not lapse (now {now})"
+                ));
+            }
+            if done(&who) {
+                orphaned.push(format!("everyone is done and {who} keeps a place"));
+            }
+        }
+        let wq = db
+            .zrange_by_score(WQ, f64::NEG_INFINITY, f64::INFINITY)
+            .unwrap_or_default();
+        for (nonce, _) in &wq {
+            let who = actor_of(&String::from_utf8_lossy(nonce));
+            if done(&who) {
+                orphaned.push(format!("everyone is done and {who} is still queued"));
+            }
+        }
+        if let Ok(Some(value)) = db.get(W)
+            && let Some(who) = lease_owner(&String::from_utf8_lossy(&value))
+            && done(&who)
+        {
+            orphaned.push(format!("everyone is done and the lock is still {who}'s"));
+        }
+        (stuck, orphaned)
+    })
+}
+
 const HANDOFF: &str = "a release granted the lock to a queued writer, which confirmed it";
 const DEAD_GRANT: &str = "a grant to the crashed w1 lapsed with its waiter lease";
 const LAPSED_PLACE_DROPPED: &str = "a lapsed place was dropped from the queue";
@@ -433,45 +516,7 @@ fn loom_rwlock_fair_writers_hold() {
 
         let w1_crashed = trace.noted(|actor, note| actor == "w1" && note == "crashes");
         let done = |who: &str| !(who == "w1" && w1_crashed);
-        let (stuck, orphaned) = store.atomically(|db| {
-            let now = db.now().as_millis() as u64;
-            let mut stuck: Vec<String> = KEYS
-                .iter()
-                .filter(|k| db.pttl(k) == -1)
-                .map(|k| format!("everyone is done and {k} has no TTL"))
-                .collect();
-            let mut orphaned = Vec::new();
-            let ww = db.hgetall(WW).unwrap_or_default();
-            for (nonce, entry) in &ww {
-                let who = actor_of(&String::from_utf8_lossy(nonce));
-                let entry = String::from_utf8_lossy(entry);
-                let ends: Option<u64> = entry.split(':').next().and_then(|e| e.parse().ok());
-                if ends.is_none_or(|ends| ends > now + WAITER_LEASE.as_millis() as u64) {
-                    stuck.push(format!(
-                        "{who}'s place {entry:?} does not lapse (now {now})"
-                    ));
-                }
-                if done(&who) {
-                    orphaned.push(format!("everyone is done and {who} keeps a place"));
-                }
-            }
-            let wq = db
-                .zrange_by_score(WQ, f64::NEG_INFINITY, f64::INFINITY)
-                .unwrap_or_default();
-            for (nonce, _) in &wq {
-                let who = actor_of(&String::from_utf8_lossy(nonce));
-                if done(&who) {
-                    orphaned.push(format!("everyone is done and {who} is still queued"));
-                }
-            }
-            if let Ok(Some(value)) = db.get(W)
-                && let Some(who) = lease_owner(&String::from_utf8_lossy(&value))
-                && done(&who)
-            {
-                orphaned.push(format!("everyone is done and the lock is still {who}'s"));
-            }
-            (stuck, orphaned)
-        });
+        let (stuck, orphaned) = end_state(&store, done, WAITER_LEASE);
         filed.record("stuck", &stuck, &trace);
         filed.record("orphaned", &orphaned, &trace);
 
@@ -517,7 +562,116 @@ fn loom_rwlock_fair_writers_hold() {
     // A place that lapsed while a later one kept the queue alive takes a writer queued before
     // the first clock step, another refreshed between the two, and a third step: three
     // preemptions (`LOOM_MAX_PREEMPTIONS=3 bash scripts/loom.sh fair_writers`, ~80 s).
+    // `loom_rwlock_fair_writers_skip_a_lapsed_head` reaches a lapsed head at bound 2.
     if bound() >= 3 {
         findings.assert_reached(model, LAPSED_PLACE_DROPPED);
     }
+}
+
+/// Releases that met a first queued writer whose place had lapsed in front of a live one: the
+/// release must skip the lapsed place. With `granted`, only those that then handed the lock to
+/// a live writer behind it.
+fn lapsed_heads_at_release(steps: &[Step], granted: bool) -> usize {
+    steps
+        .iter()
+        .filter(|s| {
+            let released = s.actor != harness::EXPIRER
+                && s.before(W).and_then(|b| lease_owner(&b.value)).as_ref() == Some(&s.actor)
+                && s.writer_after().as_ref() != Some(&s.actor);
+            let queue = queued(s.before(WQ));
+            let lapsed_head = queue.first().is_some_and(|head| !s.place_was_live(head));
+            let live_behind: Vec<&String> = queue
+                .iter()
+                .skip(1)
+                .filter(|w| s.place_was_live(w))
+                .collect();
+            released
+                && lapsed_head
+                && !live_behind.is_empty()
+                && (!granted
+                    || s.writer_after()
+                        .is_some_and(|to| live_behind.contains(&&to)))
+        })
+        .count()
+}
+
+const LAPSED_HEAD_AT_RELEASE: &str =
+    "a release met a lapsed place at the head of the queue in front of a live one";
+const LAPSED_HEAD_SKIPPED: &str =
+    "a release skipped a lapsed head and granted the lock to the live writer behind it";
+
+/// A place that lapsed while a later, longer one keeps the queue alive (issue #13): `w2` queues
+/// with a short waiter lease and stalls (never polls again nor leaves), `w1` and `w3` are fair
+/// writers with a long one (as `fair_writer`: two attempts, write and release, or leave), and
+/// the clock expirer moves the server's clock once past the short lease but not the long one.
+/// A release that finds `w2` first in the queue with its place lapsed and `w3` live behind it
+/// must drop `w2` and grant to `w3`; granting to `w2` is `grant to a lapsed place`. The main
+/// model cannot reach this within bound 3: there every waiter has one lease, so the queue's keys
+/// outlive a lapsed place only when a later waiter refreshed them.
+///
+/// Invariants as in [`loom_rwlock_fair_writers_hold`] (no reader here). The model must reach a
+/// release meeting a lapsed head in front of a live place, and one skipping it.
+#[test]
+fn loom_rwlock_fair_writers_skip_a_lapsed_head() {
+    let model = "rwlock-fair-writers-lapsed-head";
+    let findings = Findings::new();
+    let filed = findings.clone();
+    explore(model, 2, &findings, move || {
+        let clock = VirtualClock::new(START);
+        let store = harness::store_on(&clock);
+        let trace = Trace::attach(&store, &KEYS);
+        let resource = Resource::new();
+        let writer = |name: &str, waiter_lease: Duration, attempts: usize, leaves: bool| {
+            let (store, trace, resource) = (store.clone(), trace.clone(), resource.clone());
+            spawn(name, move || {
+                fair_writer_with(
+                    &store,
+                    &trace,
+                    &resource,
+                    None,
+                    waiter_lease,
+                    attempts,
+                    leaves,
+                );
+            })
+        };
+        let threads = [
+            writer("w1", LONG_WAITER_LEASE, 2, true),
+            writer("w2", SHORT_WAITER_LEASE, 1, false),
+            writer("w3", LONG_WAITER_LEASE, 2, true),
+            spawn_clock_expirer(&store, &trace, &clock, SHORT_WAITER_LEASE * 2, 1),
+        ];
+        for thread in threads {
+            thread.join().expect("model thread");
+        }
+
+        let events = trace.events();
+        let steps = steps(&events);
+        let together = conflicting_overlaps(&events, conflict, live(W, R));
+        filed.record("writer inside with another", &lines(&together), &trace);
+        filed.record("fence order", &fence_order(&events), &trace);
+        filed.record("grant to a lapsed place", &lapsed_grants(&steps), &trace);
+        filed.record(
+            "foreign removal",
+            &foreign_removals(&events, &steps),
+            &trace,
+        );
+        let stalled = trace.noted(|actor, note| actor == "w2" && note == "stalls in the queue");
+        let done = |who: &str| !(who == "w2" && stalled);
+        let (stuck, orphaned) = end_state(&store, done, LONG_WAITER_LEASE);
+        filed.record("stuck", &stuck, &trace);
+        filed.record("orphaned", &orphaned, &trace);
+
+        filed.reached(
+            LAPSED_HEAD_AT_RELEASE,
+            lapsed_heads_at_release(&steps, false) >= 1,
+        );
+        filed.reached(
+            LAPSED_HEAD_SKIPPED,
+            lapsed_heads_at_release(&steps, true) >= 1,
+        );
+    });
+    findings.assert_none(model);
+    findings.assert_reached(model, LAPSED_HEAD_AT_RELEASE);
+    findings.assert_reached(model, LAPSED_HEAD_SKIPPED);
 }

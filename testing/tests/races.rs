@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tairlock::{MemoryStore, Store};
 use tairlock_testing::race::algorithms::{
-    LegacyGetSet, LegacyScripted, LegacyWatch, RwFairWriters, RwScripted, RwTwoStep,
+    LegacyGetSet, LegacyScripted, LegacyWatch, RwScripted, RwTwoStep,
 };
 use tairlock_testing::race::scenario::Scenario;
 use tairlock_testing::race::{
@@ -50,7 +50,7 @@ fn rw_scripted_holds_its_zeros_in_every_scenario() {
 
 #[test]
 fn rw_fair_writers_hold_their_zeros_in_every_scenario() {
-    holds_its_zeros(&race(Box::new(RwFairWriters::default())));
+    holds_its_zeros(&race(Box::new(RwScripted::fair_writers())));
 }
 
 #[test]

@@ -16,7 +16,6 @@ pub mod legacy_scripted;
 pub mod legacy_watch;
 pub mod naive;
 pub mod redlock;
-pub mod rw_fair_writers;
 pub mod rw_scripted;
 pub mod rw_two_step;
 pub mod semaphore;
@@ -28,7 +27,6 @@ pub use self::legacy_scripted::LegacyScripted;
 pub use self::legacy_watch::LegacyWatch;
 pub use self::naive::NaiveSetnxExpire;
 pub use self::redlock::RedlockAlgorithm;
-pub use self::rw_fair_writers::RwFairWriters;
 pub use self::rw_scripted::RwScripted;
 pub use self::rw_two_step::RwTwoStep;
 pub use self::semaphore::SemaphoreAlgorithm;
@@ -48,7 +46,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(LegacyScripted),
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
-        Box::new(RwFairWriters::default()),
+        Box::new(RwScripted::fair_writers()),
         Box::new(SemaphoreAlgorithm),
     ]
 }
@@ -66,7 +64,7 @@ pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(LegacyScripted),
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
-        Box::new(RwFairWriters::default()),
+        Box::new(RwScripted::fair_writers()),
         Box::new(SemaphoreAlgorithm),
     ]
 }

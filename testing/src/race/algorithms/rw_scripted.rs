@@ -1,11 +1,18 @@
-//! `rw-scripted`: the scripted reader/writer lock ([`RwLock`]): one
-//! script per step, per-reader leases judged by server time, writer preference.
+//! `rw-scripted` and `rw-fair-writers`: the scripted reader/writer lock ([`RwLock`]): one
+//! script per step, per-reader leases judged by server time, writer preference; in the second
+//! row with its writers in fair mode ([`Options::fair`]).
 //!
 //! Three attempts in four read, one writes. A client that decided to write keeps trying with
 //! the same nonce until it gets in, re-asserting its intent (a short lease, half the race's
 //! lease) with every refused attempt, as a waiting [`RwLock::write`](tairlock_rwlock::RwLock::write)
 //! does; new readers stay out meanwhile. A crashed reader blocks writers until its own lease
 //! ends; writers carry fencing tokens.
+//!
+//! In `rw-fair-writers` the writers queue on the server, and a write release hands the lock to
+//! the first live queued writer in the same step. Each refused write attempt refreshes the
+//! writer's place (a waiter lease of half the race's lease) and, under writer preference, the
+//! intent naming the first queued writer; a repeat finds a grant a release made to it. A
+//! crashed writer's place, and a grant made to it, lapse with its waiter lease.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,23 +27,43 @@ use crate::race::client::{Client, RaceStore, Step};
 /// The prefix of a reader's holding value; the rest is its nonce.
 const READ_MARK: &str = "read:";
 
-/// The `rw-scripted` row of `tairlock race`.
+/// The waiter lease of the race's fair writers: short against the race's leases, so a crashed
+/// waiter holds the queue up briefly.
+fn waiter_lease(ttl: Duration) -> Duration {
+    ttl / 2
+}
+
+/// The `rw-scripted` row of `tairlock race` ([`default`](Default::default)), or the
+/// `rw-fair-writers` row ([`fair_writers`](Self::fair_writers)).
 #[derive(Debug, Default)]
 pub struct RwScripted {
+    /// Whether the writers are in fair mode.
+    fair: bool,
     /// The nonce of each client's write acquisition in progress, by (lock, client).
     writing: Mutex<HashMap<(String, usize), String>>,
 }
 
-fn locks<S: Store>(cx: &Client<S>, ttl: Duration) -> RwLock<RaceStore<S>> {
-    // The race names its keys itself: no prefix, the race key is the lock name's hash tag.
-    let keyspace = Keyspace::new("").expect("empty prefix is valid");
-    RwLock::with_options(
-        cx.store().clone(),
-        Options::default().keyspace(keyspace).intent_lease(ttl / 2),
-    )
-}
-
 impl RwScripted {
+    /// The `rw-fair-writers` row: the same lock with its writers in fair mode.
+    pub fn fair_writers() -> Self {
+        RwScripted {
+            fair: true,
+            ..RwScripted::default()
+        }
+    }
+
+    fn locks<S: Store>(&self, cx: &Client<S>, ttl: Duration) -> RwLock<RaceStore<S>> {
+        // The race names its keys itself: no prefix, the race key is the lock name's hash tag.
+        let keyspace = Keyspace::new("").expect("empty prefix is valid");
+        let options = Options::default().keyspace(keyspace).intent_lease(ttl / 2);
+        let options = if self.fair {
+            options.fair(true).waiter_lease(waiter_lease(ttl))
+        } else {
+            options
+        };
+        RwLock::with_options(cx.store().clone(), options)
+    }
+
     /// A pause point that forgets this client's write in progress if the client dies there.
     async fn pause<S: Store>(&self, cx: &Client<S>, lock: &str, point: &'static str) -> Step<()> {
         let paused = cx.pause(point).await;
@@ -49,7 +76,11 @@ impl RwScripted {
 
 impl<S: Store> Algorithm<S> for RwScripted {
     fn name(&self) -> &'static str {
-        "rw-scripted"
+        if self.fair {
+            "rw-fair-writers"
+        } else {
+            "rw-scripted"
+        }
     }
 
     fn expectation(&self) -> Expectation {
@@ -67,7 +98,7 @@ impl<S: Store> Algorithm<S> for RwScripted {
         ttl: Duration,
     ) -> BoxFuture<'a, Step<Attempt>> {
         Box::pin(async move {
-            let rw = locks(cx, ttl);
+            let rw = self.locks(cx, ttl);
             let key = (lock.to_owned(), cx.id());
             let pending = self.writing.lock().get(&key).cloned();
             let write = pending.is_some() || cx.with_rng(|rng| rand::Rng::random_bool(rng, 0.25));
@@ -88,7 +119,13 @@ impl<S: Store> Algorithm<S> for RwScripted {
             let nonce = pending.unwrap_or_else(tairlock::new_nonce);
             self.writing.lock().insert(key.clone(), nonce.clone());
             self.pause(cx, lock, "write:before-acquire").await?;
-            match rw.write_acquire(lock, &nonce, ttl, Some(ttl / 2)).await? {
+            let attempt = if self.fair {
+                rw.fair_write_acquire(lock, &nonce, ttl, Some(ttl / 2), true)
+                    .await?
+            } else {
+                rw.write_acquire(lock, &nonce, ttl, Some(ttl / 2)).await?
+            };
+            match attempt {
                 WriteAttempt::Acquired(lease) => {
                     self.writing.lock().remove(&key);
                     Ok(Attempt::Acquired(Holding {
@@ -97,6 +134,15 @@ impl<S: Store> Algorithm<S> for RwScripted {
                         deadline: lease.deadline(),
                     }))
                 }
+                // A fair writer refreshes its place well within the waiter lease (which also
+                // finds a grant).
+                WriteAttempt::Blocked { remaining, .. } if self.fair => Ok(Attempt::Busy {
+                    retry_after: Some(
+                        remaining
+                            .unwrap_or(waiter_lease(ttl))
+                            .min(waiter_lease(ttl) / 3),
+                    ),
+                }),
                 WriteAttempt::Blocked { remaining, .. } => Ok(Attempt::Busy {
                     retry_after: remaining,
                 }),
@@ -111,7 +157,7 @@ impl<S: Store> Algorithm<S> for RwScripted {
         holding: Holding,
     ) -> BoxFuture<'a, Step<()>> {
         Box::pin(async move {
-            let rw = locks(cx, Duration::from_millis(100));
+            let rw = self.locks(cx, Duration::from_millis(100));
             cx.pause("release:before").await?;
             let value = String::from_utf8(holding.value).expect("holdings are text");
             match value.strip_prefix(READ_MARK) {
@@ -120,8 +166,13 @@ impl<S: Store> Algorithm<S> for RwScripted {
                 }
                 None => {
                     let lease = Lease::parse(&value).expect("our own lease parses");
-                    // Compare-and-delete: it can only ever delete this very lease.
-                    rw.write_release(lock, &lease).await?;
+                    // Compare-and-delete (for fair writers, then a grant to the first live
+                    // queued writer in the same step): it can only ever delete this very lease.
+                    if self.fair {
+                        rw.fair_write_release(lock, &lease).await?;
+                    } else {
+                        rw.write_release(lock, &lease).await?;
+                    }
                 }
             }
             Ok(())
@@ -133,8 +184,10 @@ impl<S: Store> Algorithm<S> for RwScripted {
     }
 
     fn keys(&self, lock: &str) -> Vec<String> {
+        let queue: &[&str] = if self.fair { &[":wq", ":ww"] } else { &[] };
         [":w", ":r", ":wi", ":fence"]
             .iter()
+            .chain(queue)
             .map(|suffix| format!("{{{lock}}}{suffix}"))
             .collect()
     }

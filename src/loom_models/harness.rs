@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::Lease;
 use crate::clock::{Clock, VirtualClock};
 use crate::script::Db;
 use crate::store::MemoryStore;
@@ -583,6 +584,54 @@ pub fn conflicting_overlaps(
                 inside.remove(actor);
             }
         }
+    }
+    found
+}
+
+/// Every new grant of the lock at `key` (a lease written over nothing, even under the nonce of a grant that lapsed,
+/// or over another nonce's lease) must carry a larger fencing token than every grant before it;
+/// a confirmation (a lease replacing one of the same nonce in one step) keeps the token.
+pub fn fence_order(events: &[Event], key: &str) -> Vec<String> {
+    let mut highest: Option<u64> = None;
+    let mut found = Vec::new();
+    for event in events {
+        let Event::Step {
+            key: step_key,
+            before,
+            after: Some(after),
+            ..
+        } = event
+        else {
+            continue;
+        };
+        let Some(lease) = Lease::parse(&after.value).filter(|_| step_key == key) else {
+            continue;
+        };
+        // A confirmation replaces a lease of the same nonce in one step; a lease written over
+        // nothing (even under the nonce of a grant that lapsed) is a new grant.
+        let replaced = before.as_ref().and_then(|b| Lease::parse(&b.value));
+        match replaced {
+            Some(old) if old.nonce() == lease.nonce() => {
+                if old.fence() != lease.fence() {
+                    found.push(format!(
+                        "a confirmation changed the fence {} to {}",
+                        old.fence(),
+                        lease.fence()
+                    ));
+                }
+            }
+            _ => {
+                if let Some(highest) = highest
+                    && lease.fence() <= highest
+                {
+                    found.push(format!(
+                        "fence {} granted after fence {highest}",
+                        lease.fence()
+                    ));
+                }
+            }
+        }
+        highest = highest.max(Some(lease.fence()));
     }
     found
 }

@@ -122,54 +122,6 @@ fn foreign_by_nonce(events: &[Event]) -> Vec<String> {
     found
 }
 
-/// Every new grant (a lease written over nothing, even under the nonce of a grant that lapsed,
-/// or over another nonce's lease) must carry a larger fencing token than every grant before it;
-/// a confirmation (a lease replacing one of the same nonce in one step) keeps the token.
-fn fence_order(events: &[Event]) -> Vec<String> {
-    let mut highest: Option<u64> = None;
-    let mut found = Vec::new();
-    for event in events {
-        let Event::Step {
-            key,
-            before,
-            after: Some(after),
-            ..
-        } = event
-        else {
-            continue;
-        };
-        let Some(lease) = Lease::parse(&after.value).filter(|_| key == LOCK_KEY) else {
-            continue;
-        };
-        // A confirmation replaces a lease of the same nonce in one step; a lease written over
-        // nothing (even under the nonce of a grant that lapsed) is a new grant.
-        let replaced = before.as_ref().and_then(|b| Lease::parse(&b.value));
-        match replaced {
-            Some(old) if old.nonce() == lease.nonce() => {
-                if old.fence() != lease.fence() {
-                    found.push(format!(
-                        "a confirmation changed the fence {} to {}",
-                        old.fence(),
-                        lease.fence()
-                    ));
-                }
-            }
-            _ => {
-                if let Some(highest) = highest
-                    && lease.fence() <= highest
-                {
-                    found.push(format!(
-                        "fence {} granted after fence {highest}",
-                        lease.fence()
-                    ));
-                }
-            }
-        }
-        highest = highest.max(Some(lease.fence()));
-    }
-    found
-}
-
 /// Direct handoffs seen: a client's step replaced its own lease by another client's.
 fn handoffs(events: &[Event]) -> usize {
     events
@@ -223,7 +175,11 @@ fn loom_fair_queue_holds() {
         filed.record("foreign deletion", &foreign_by_nonce(&events), &trace);
         let live = not_expired(LOCK_KEY);
         filed.record("overlap", &lines(&overlaps(&events, live)), &trace);
-        filed.record("fence order", &fence_order(&events), &trace);
+        filed.record(
+            "fence order",
+            &harness::fence_order(&events, LOCK_KEY),
+            &trace,
+        );
         let persistent: Vec<String> = store.atomically(|db| {
             std::iter::once(LOCK_KEY)
                 .chain(QUEUE_KEYS)

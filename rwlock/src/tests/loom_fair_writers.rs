@@ -353,52 +353,6 @@ fn foreign_removals(events: &[Event], steps: &[Step]) -> Vec<String> {
     found
 }
 
-/// Every new grant of the write lock (a lease for another nonce than the one it replaces, or
-/// for a free lock) must carry a larger fencing token than every grant before it; a
-/// confirmation (a lease replacing one of the same nonce) keeps the token.
-fn fence_order(events: &[Event]) -> Vec<String> {
-    let mut highest: Option<u64> = None;
-    let mut found = Vec::new();
-    for event in events {
-        let Event::Step {
-            key,
-            before,
-            after: Some(after),
-            ..
-        } = event
-        else {
-            continue;
-        };
-        let Some(lease) = Lease::parse(&after.value).filter(|_| key == W) else {
-            continue;
-        };
-        let replaced = before.as_ref().and_then(|b| Lease::parse(&b.value));
-        match replaced {
-            Some(old) if old.nonce() == lease.nonce() => {
-                if old.fence() != lease.fence() {
-                    found.push(format!(
-                        "a confirmation changed the fence {} to {}",
-                        old.fence(),
-                        lease.fence()
-                    ));
-                }
-            }
-            _ => {
-                if let Some(highest) = highest
-                    && lease.fence() <= highest
-                {
-                    found.push(format!(
-                        "fence {} granted after fence {highest}",
-                        lease.fence()
-                    ));
-                }
-            }
-        }
-        highest = highest.max(Some(lease.fence()));
-    }
-    found
-}
-
 /// Direct handoffs: a client's step replaced its own lease by a grant to another writer.
 fn handoffs(steps: &[Step]) -> usize {
     steps
@@ -506,7 +460,7 @@ fn loom_rwlock_fair_writers_hold() {
         let steps = steps(&events);
         let together = conflicting_overlaps(&events, conflict, live(W, R));
         filed.record("writer inside with another", &lines(&together), &trace);
-        filed.record("fence order", &fence_order(&events), &trace);
+        filed.record("fence order", &harness::fence_order(&events, W), &trace);
         filed.record("grant to a lapsed place", &lapsed_grants(&steps), &trace);
         filed.record(
             "foreign removal",
@@ -649,7 +603,7 @@ fn loom_rwlock_fair_writers_skip_a_lapsed_head() {
         let steps = steps(&events);
         let together = conflicting_overlaps(&events, conflict, live(W, R));
         filed.record("writer inside with another", &lines(&together), &trace);
-        filed.record("fence order", &fence_order(&events), &trace);
+        filed.record("fence order", &harness::fence_order(&events, W), &trace);
         filed.record("grant to a lapsed place", &lapsed_grants(&steps), &trace);
         filed.record(
             "foreign removal",

@@ -50,6 +50,22 @@ fn rows_of<'a>(rows: &'a [Value], algorithm: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// A safe row that acquired and kept every safety count at zero: no foreign deletion, no stale
+/// write accepted, no stuck lock, and no overlap except where a holder stalls past its lease.
+fn keeps_its_zeros(row: &Value) {
+    assert!(count(row, "acquisitions") > 0, "{row}");
+    assert_eq!(
+        count(row, "foreign_deletions")
+            + count(row, "stale_writes_accepted")
+            + count(row, "stuck_locks"),
+        0,
+        "{row}"
+    );
+    if row["scenario"] != "long-stalls" {
+        assert_eq!(count(row, "overlaps"), 0, "{row}");
+    }
+}
+
 #[test]
 fn embedded_race_keeps_scripted_zeros_and_counts_naive_flaws() {
     let (code, rows, stderr) = race(&[
@@ -494,17 +510,7 @@ fn the_fair_expire_lock_row_keeps_every_zero() {
         assert_eq!(code, 0, "stderr:\n{stderr}\n{}", server.log_section());
         assert!(!rows.is_empty());
         for row in rows_of(&rows, "fair-expire-lock") {
-            assert!(count(row, "acquisitions") > 0, "{row}");
-            assert_eq!(
-                count(row, "foreign_deletions")
-                    + count(row, "stale_writes_accepted")
-                    + count(row, "stuck_locks"),
-                0,
-                "{row}"
-            );
-            if row["scenario"] != "long-stalls" {
-                assert_eq!(count(row, "overlaps"), 0, "{row}");
-            }
+            keeps_its_zeros(row);
         }
     }
     assert_eq!(
@@ -534,17 +540,7 @@ fn the_rw_fair_writers_row_keeps_every_zero() {
         assert_eq!(rows.len(), if store.is_some() { 2 } else { 4 }, "{rows:?}");
         for row in rows_of(&rows, "rw-fair-writers") {
             assert_eq!(row["expectation"], "safe", "{row}");
-            assert!(count(row, "acquisitions") > 0, "{row}");
-            assert_eq!(
-                count(row, "foreign_deletions")
-                    + count(row, "stale_writes_accepted")
-                    + count(row, "stuck_locks"),
-                0,
-                "{row}"
-            );
-            if row["scenario"] != "long-stalls" {
-                assert_eq!(count(row, "overlaps"), 0, "{row}");
-            }
+            keeps_its_zeros(row);
         }
     }
     assert_eq!(

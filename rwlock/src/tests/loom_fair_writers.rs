@@ -419,6 +419,28 @@ const LAPSED_PLACE_DROPPED: &str = "a lapsed place was dropped from the queue";
 const INTENT_KEPT_READER_OUT: &str = "a queued writer's intent kept the reader out";
 const READER_KEPT_WRITER_OUT: &str = "the reader kept a fair writer out";
 
+/// Record what both models check of a finished execution: a writer inside with another writer
+/// or a reader, the fence order, grants to lapsed places, foreign removals, and (once everyone is
+/// done, with `done` and `longest` as for [`end_state`]) what is stuck or orphaned.
+fn record_safety(
+    filed: &Findings,
+    store: &MemoryStore,
+    trace: &Trace,
+    events: &[Event],
+    steps: &[Step],
+    done: impl Fn(&str) -> bool,
+    longest: Duration,
+) {
+    let together = conflicting_overlaps(events, conflict, live(W, R));
+    filed.record("writer inside with another", &lines(&together), trace);
+    filed.record("fence order", &harness::fence_order(events, W), trace);
+    filed.record("grant to a lapsed place", &lapsed_grants(steps), trace);
+    filed.record("foreign removal", &foreign_removals(events, steps), trace);
+    let (stuck, orphaned) = end_state(store, done, longest);
+    filed.record("stuck", &stuck, trace);
+    filed.record("orphaned", &orphaned, trace);
+}
+
 /// The preemption bound the run explores to (as [`explore`] picks it).
 fn bound() -> usize {
     std::env::var("LOOM_MAX_PREEMPTIONS")
@@ -458,21 +480,9 @@ fn loom_rwlock_fair_writers_hold() {
 
         let events = trace.events();
         let steps = steps(&events);
-        let together = conflicting_overlaps(&events, conflict, live(W, R));
-        filed.record("writer inside with another", &lines(&together), &trace);
-        filed.record("fence order", &harness::fence_order(&events, W), &trace);
-        filed.record("grant to a lapsed place", &lapsed_grants(&steps), &trace);
-        filed.record(
-            "foreign removal",
-            &foreign_removals(&events, &steps),
-            &trace,
-        );
-
         let w1_crashed = trace.noted(|actor, note| actor == "w1" && note == "crashes");
         let done = |who: &str| !(who == "w1" && w1_crashed);
-        let (stuck, orphaned) = end_state(&store, done, WAITER_LEASE);
-        filed.record("stuck", &stuck, &trace);
-        filed.record("orphaned", &orphaned, &trace);
+        record_safety(&filed, &store, &trace, &events, &steps, done, WAITER_LEASE);
 
         filed.reached(
             HANDOFF,
@@ -601,20 +611,17 @@ fn loom_rwlock_fair_writers_skip_a_lapsed_head() {
 
         let events = trace.events();
         let steps = steps(&events);
-        let together = conflicting_overlaps(&events, conflict, live(W, R));
-        filed.record("writer inside with another", &lines(&together), &trace);
-        filed.record("fence order", &harness::fence_order(&events, W), &trace);
-        filed.record("grant to a lapsed place", &lapsed_grants(&steps), &trace);
-        filed.record(
-            "foreign removal",
-            &foreign_removals(&events, &steps),
-            &trace,
-        );
         let stalled = trace.noted(|actor, note| actor == "w2" && note == "stalls in the queue");
         let done = |who: &str| !(who == "w2" && stalled);
-        let (stuck, orphaned) = end_state(&store, done, LONG_WAITER_LEASE);
-        filed.record("stuck", &stuck, &trace);
-        filed.record("orphaned", &orphaned, &trace);
+        record_safety(
+            &filed,
+            &store,
+            &trace,
+            &events,
+            &steps,
+            done,
+            LONG_WAITER_LEASE,
+        );
 
         filed.reached(
             LAPSED_HEAD_AT_RELEASE,

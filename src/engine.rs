@@ -184,13 +184,7 @@ fn attempt_started_at(first: Option<Instant>) -> Instant {
 /// deadline of its own ([`Patience::Forever`]): a failover settles well within this.
 pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
 
-/// The clock drift allowed for by default, as a fraction of the lease.
-pub const DRIFT_FACTOR: f64 = 0.01;
-
-/// The drift allowance for a lease of `ttl`: `ttl × factor + 2 ms`.
-pub fn drift(ttl: Duration, factor: f64) -> Duration {
-    ttl.mul_f64(factor.max(0.0)) + Duration::from_millis(2)
-}
+pub use crate::deadline::{DRIFT_FACTOR, drift};
 
 /// The drift rule: the local instant by which a lease of `ttl`, asked for at `sent`, must stop
 /// being relied on — `sent + ttl − (1% of ttl + 2 ms)`. Every lock kind's deadline is this.

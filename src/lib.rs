@@ -72,6 +72,7 @@
 
 pub mod blocking;
 pub mod clock;
+pub mod deadline;
 pub mod engine;
 mod error;
 pub mod expire_lock;

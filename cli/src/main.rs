@@ -15,7 +15,7 @@ use tairlock_cli::inspect::InspectArgs;
 use tairlock_cli::race_cmd::RaceArgs;
 #[cfg(unix)]
 use tairlock_cli::run;
-use tairlock_cli::run_args::{RunArgs, SuperviseArgs};
+use tairlock_cli::run_args::{ExecArgs, RunArgs, SuperviseArgs};
 use tairlock_cli::unlock::UnlockArgs;
 use tairlock_cli::{bench_cmd, inspect, race_cmd, unlock};
 
@@ -57,6 +57,9 @@ enum Command {
     /// Internal: the supervisor `tairlock run` starts its command under (see `run.rs`).
     #[command(name = "__supervise", hide = true)]
     Supervise(SuperviseArgs),
+    /// Internal: how the supervisor starts the command (see `run/supervisor.rs`).
+    #[command(name = "__exec", hide = true)]
+    Exec(ExecArgs),
     /// Delete a lock whoever holds it: an expire lock, a reader/writer lock (--rw, or detected:
     /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
     /// that holds anything but one of our locks (exit 5).
@@ -77,8 +80,12 @@ fn main() -> ExitCode {
         Command::Run(args) => run::job::command(args),
         #[cfg(unix)]
         Command::Supervise(args) => run::job::supervise(args),
+        #[cfg(unix)]
+        Command::Exec(args) => run::job::exec(args),
         #[cfg(not(unix))]
-        Command::Run(_) | Command::Supervise(_) => tairlock_cli::run_args::not_supported(),
+        Command::Run(_) | Command::Supervise(_) | Command::Exec(_) => {
+            tairlock_cli::run_args::not_supported()
+        }
         Command::Unlock(args) => unlock::command(args),
     }
 }

@@ -327,7 +327,6 @@ impl Signals {
             cont: signal_stream(Signal::SIGCONT)?,
         })
     }
-
 }
 
 /// The signals passed on to the command.
@@ -385,10 +384,7 @@ async fn recheck<H: Hold>(guard: &H, grace: Duration) -> Option<Instant> {
         if guard.is_lost() {
             return None;
         }
-        if let Some(deadline) = guard
-            .deadline()
-            .filter(|d| *d >= Instant::now() + grace)
-        {
+        if let Some(deadline) = guard.deadline().filter(|d| *d >= Instant::now() + grace) {
             return Some(deadline);
         }
         tokio::select! {
@@ -517,8 +513,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
         stopped: false,
     };
     let status = {
-        let mut resume: Option<Pin<Box<dyn Future<Output = Option<Instant>> + Send + '_>>> =
-            None;
+        let mut resume: Option<Pin<Box<dyn Future<Output = Option<Instant>> + Send + '_>>> = None;
         loop {
             tokio::select! {
                 status = supervisor.child.wait() => break status,
@@ -595,9 +590,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
             1
         }
     };
-    if foreground
-        && let (Some(command), Some(terminal)) = (command, terminal::terminal())
-    {
+    if foreground && let (Some(command), Some(terminal)) = (command, terminal::terminal()) {
         terminal::hand(&terminal, command, getpgrp());
     }
     // Nothing of the command's is left: the lifeline has nothing left to guard.
@@ -644,7 +637,10 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
             EXIT_LEASE_LOST
         }
         Released::Failed(e) => {
-            say!("releasing {} failed ({e}); its lease will expire", spec.name);
+            say!(
+                "releasing {} failed ({e}); its lease will expire",
+                spec.name
+            );
             code
         }
     }

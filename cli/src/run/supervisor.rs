@@ -438,10 +438,8 @@ impl<'a> Supervisor<'a> {
     /// command that waits: it is continued when `tairlock run` is. A SIGSTOP from someone else
     /// is theirs to continue.
     fn command_stopped(&mut self, signal: Signal, tree: &Tree) {
-        if !matches!(
-            signal,
-            Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
-        ) || self.orphaned
+        if !matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
+            || self.orphaned
             || self.stopping
         {
             return;

@@ -415,14 +415,18 @@ struct Renewals {
 }
 
 impl Renewals {
-    /// Why the lease could not be renewed, in an operator's words.
-    fn unanswered(&self) -> String {
-        let since = self.landed.elapsed();
-        let since = Duration::from_millis(since.as_millis() as u64);
+    /// For how long no renewal has been answered, to the millisecond.
+    fn unanswered_for(&self) -> Duration {
+        Duration::from_millis(self.landed.elapsed().as_millis() as u64)
+    }
+
+    /// Why the lease could not be renewed, in an operator's words (`had`: told afterwards).
+    fn unanswered(&self, since: Duration, had: bool) -> String {
+        let has = if had { "had" } else { "has" };
         if self.stopped {
-            format!("tairlock itself was stopped, and no renewal has landed for {since:?}")
+            format!("tairlock itself was stopped, and no renewal {has} been answered for {since:?}")
         } else {
-            format!("renewals went unanswered for {since:?}")
+            format!("no renewal {has} been answered for {since:?}")
         }
     }
 }
@@ -507,6 +511,8 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
     let mut stop: Option<Stop> = None;
     let mut command: Option<Pid> = None;
     let mut not_started = false;
+    // For how long no renewal had been answered when the supervisor stopped the command.
+    let mut overdue = Duration::ZERO;
     let mut renewals = Renewals {
         sent: deadline,
         landed: Instant::now(),
@@ -526,11 +532,12 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
                     Report::Overdue => {
                         if stop.is_none() {
                             stop = Some(Stop::Overdue);
+                            overdue = renewals.unanswered_for();
                             say!(
                                 "the lease on {} could not be renewed: {}; stopping the command \
                                  (SIGTERM to everything it started) --grace ({:?}) before the \
                                  lease's deadline, so that it ends inside the lease",
-                                spec.name, renewals.unanswered(), spec.grace
+                                spec.name, renewals.unanswered(overdue, false), spec.grace
                             );
                         }
                     }
@@ -616,7 +623,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
             "the command was stopped early because {}; {ended}, so no other holder overlapped \
              it. If the store is only slow to answer, retry with a longer --ttl (renewals get \
              more time to land) or a shorter --grace (the command is stopped later)",
-            renewals.unanswered()
+            renewals.unanswered(overdue, true)
         );
     }
     if stop.is_some() || guard.is_lost() {

@@ -147,8 +147,8 @@ fn children(pid: i32) -> Vec<(i32, char)> {
         .collect()
 }
 
-/// 1. A SIGKILL to tairlock's process group (as `timeout -s KILL` or `kill -9 %1` sends it)
-/// used to kill the supervisor with tairlock: the command ran on without a lease.
+/// Scenario 1: a SIGKILL to tairlock's process group (as `timeout -s KILL` or `kill -9 %1` sends
+/// it) used to kill the supervisor with tairlock: the command ran on without a lease.
 #[test]
 fn a_sigkill_to_tairlocks_group_ends_the_command_before_another_holder_starts() {
     let server = RedisServer::start();
@@ -175,8 +175,8 @@ fn a_sigkill_to_tairlocks_group_ends_the_command_before_another_holder_starts() 
     fence.assert_fenced();
 }
 
-/// 2. tairlock stopped (SIGSTOP) while the command runs: nobody renews, and the command must
-/// not run past the deadline. Continued after the second run took the lock, tairlock exits 76
+/// Scenario 2: tairlock stopped (SIGSTOP) while the command runs: nobody renews, and the command
+/// must not run past the deadline. Continued after the second run took the lock, tairlock exits 76
 /// and the command never runs again.
 #[test]
 fn a_stopped_tairlock_stops_its_command_and_exits_76_once_continued() {
@@ -207,9 +207,9 @@ fn a_stopped_tairlock_stops_its_command_and_exits_76_once_continued() {
     fence.assert_fenced();
 }
 
-/// 2b. SIGTSTP to tairlock (Ctrl-Z when tairlock shares the terminal's foreground group: a
-/// pipeline, a script) stops the command with it; continuing tairlock continues the command,
-/// which then finishes normally.
+/// Scenario 2, SIGTSTP: to tairlock (Ctrl-Z when tairlock shares the terminal's foreground group: a
+/// pipeline, a script) stops the command with it; continuing tairlock continues the command, which
+/// then finishes normally.
 #[test]
 fn sigtstp_to_tairlock_stops_the_command_and_sigcont_resumes_it() {
     let server = RedisServer::start();
@@ -254,8 +254,8 @@ fn sigtstp_to_tairlock_stops_the_command_and_sigcont_resumes_it() {
     assert_eq!(server.cli(&["EXISTS", LOCK_KEY]), "0", "released");
 }
 
-/// 3. A descendant that left the command's group and session (`setsid`) is stopped with the
-/// command when the lease is lost (before, `killpg` missed it and it wrote on).
+/// Scenario 3: a descendant that left the command's group and session (`setsid`) is stopped with
+/// the command when the lease is lost (before, `killpg` missed it and it wrote on).
 #[test]
 fn a_lost_lease_stops_descendants_that_left_the_group() {
     let server = RedisServer::start();
@@ -282,8 +282,8 @@ fn a_lost_lease_stops_descendants_that_left_the_group() {
     fence.assert_fenced();
 }
 
-/// 3b. The `flock` rule: the command exits at once, leaving a descendant in a session of its
-/// own; the lock stays held until that one ends (before, it was released as soon as the
+/// Scenario 3, the `flock` rule: the command exits at once, leaving a descendant in a session of
+/// its own; the lock stays held until that one ends (before, it was released as soon as the
 /// command's group was empty).
 #[test]
 fn the_lock_is_held_while_a_descendant_that_left_the_group_lives() {

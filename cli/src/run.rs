@@ -415,6 +415,15 @@ struct Renewals {
 }
 
 impl Renewals {
+    /// A renewal (or the acquisition) brought `deadline`, now.
+    fn landed(deadline: Instant) -> Renewals {
+        Renewals {
+            sent: deadline,
+            landed: Instant::now(),
+            stopped: false,
+        }
+    }
+
     /// For how long no renewal has been answered, to the millisecond.
     fn unanswered_for(&self) -> Duration {
         Duration::from_millis(self.landed.elapsed().as_millis() as u64)
@@ -513,11 +522,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
     let mut not_started = false;
     // For how long no renewal had been answered when the supervisor stopped the command.
     let mut overdue = Duration::ZERO;
-    let mut renewals = Renewals {
-        sent: deadline,
-        landed: Instant::now(),
-        stopped: false,
-    };
+    let mut renewals = Renewals::landed(deadline);
     let status = {
         let mut resume: Option<Pin<Box<dyn Future<Output = Option<Instant>> + Send + '_>>> = None;
         loop {
@@ -526,7 +531,8 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
                 Some(report) = supervisor.reports.recv() => match report {
                     Report::Started(pid) => {
                         command = Some(Pid::from_raw(pid));
-                        tracing::debug!(lock = %spec.name, fence = env.fence, group = pid, "command started");
+                        let (lock, fence) = (&spec.name, env.fence);
+                        tracing::debug!(%lock, fence, group = pid, "command started");
                     }
                     Report::NotStarted(_) => not_started = true,
                     Report::Overdue => {
@@ -557,13 +563,14 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
                 () = tokio::time::sleep(POLL) => {
                     if let Some(deadline) = guard.deadline()
                         && deadline != renewals.sent
-                        && resume.is_none()
                     {
-                        renewals = Renewals { sent: deadline, landed: Instant::now(), stopped: false };
+                        renewals = Renewals::landed(deadline);
                         supervisor.order(Order::Deadline(Monotonic::from_instant(deadline)));
                     }
                 }
-                signal = signals.forwarded.next() => supervisor.order(Order::Signal(signal as i32)),
+                signal = signals.forwarded.next() => {
+                    supervisor.order(Order::Signal(signal as i32));
+                }
                 Some(()) = recv_some(&mut signals.stop) => {
                     // The command first: the supervisor stops it, then tairlock stops.
                     supervisor.order(Order::Hold);
@@ -576,7 +583,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
                 live = poll_some(&mut resume) => {
                     resume = None;
                     if let Some(deadline) = live {
-                        renewals = Renewals { sent: deadline, landed: Instant::now(), stopped: false };
+                        renewals = Renewals::landed(deadline);
                         supervisor.order(Order::Continue(Monotonic::from_instant(deadline)));
                     }
                 }

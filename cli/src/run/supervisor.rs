@@ -172,7 +172,8 @@ struct Supervisor<'a> {
     /// Orders from `tairlock run`; `None` once its end is closed.
     orders: mpsc::UnboundedReceiver<Option<Order>>,
     reports: UnixStream,
-    /// `tairlock run`.
+    /// `tairlock run` (watched in `/proc` on Linux).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     parent: Pid,
     /// `tairlock run` is gone: its end of the lifeline closed.
     orphaned: bool,
@@ -391,14 +392,20 @@ impl<'a> Supervisor<'a> {
         self.reap(tree);
         if self.killing {
             tree.signal(Signal::SIGKILL);
-            return;
-        }
-        #[cfg(target_os = "linux")]
-        if !self.orphaned
-            && !self.held
-            && matches!(super::tree::stat(self.parent), Some(('T' | 't', _, _)))
-        {
+        } else if self.parent_stopped() && !self.orphaned && !self.held {
             self.hold(tree);
+        }
+    }
+
+    /// Whether `tairlock run` is stopped (SIGSTOP, a debugger): seen in `/proc` on Linux.
+    fn parent_stopped(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            matches!(super::tree::stat(self.parent), Some(('T' | 't', _, _)))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
         }
     }
 

@@ -8,10 +8,13 @@
 //! reach, and orphans are reaped by init.
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+#[cfg(target_os = "linux")]
+use nix::sys::signal::kill;
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 /// A descendant of the supervisor.
+#[cfg(target_os = "linux")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Proc {
     pub(crate) pid: Pid,
@@ -20,6 +23,7 @@ pub(crate) struct Proc {
     pub(crate) state: char,
 }
 
+#[cfg(target_os = "linux")]
 impl Proc {
     pub(crate) fn runs(&self) -> bool {
         self.state != 'Z' && self.state != 'X'
@@ -73,6 +77,7 @@ pub(crate) fn descendants(root: Pid) -> Vec<Proc> {
 #[derive(Debug)]
 pub(crate) struct Tree {
     /// The supervisor.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     root: Pid,
     /// The command: its pid, which is also its process group's id.
     command: Pid,

@@ -47,12 +47,15 @@ enum Command {
     /// legacy SETNX/GETSET key (--legacy, or detected), its timestamp, the expiry it encodes by
     /// the server's clock, the key's TTL and the last fencing token.
     Inspect(InspectArgs),
-    /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
-    /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if
-    /// tairlock dies. The lock is an expire lock (optionally --fair), a reader/writer lock's read
-    /// or write side (--read, --write), or a legacy SETNX/GETSET key (--legacy). Exit codes: the
-    /// command's; 75 not acquired within --wait; 76 lease lost; 69 store error; 127 command not
-    /// started.
+    /// Run a command while holding a lock (watchdog on): no process it starts runs past the
+    /// lease's deadline. A supervisor in a group of its own stops everything the command started
+    /// (whatever group or session it moved to, on Linux) if the lease is lost, before the lease
+    /// runs out when renewals fail, when tairlock is stopped, and kills it if tairlock dies; the
+    /// lock is held while any of it lives. The lock is an expire lock (optionally --fair), a
+    /// reader/writer lock's read or write side (--read, --write), a semaphore's permit
+    /// (--permits), or a legacy SETNX/GETSET key (--legacy). Exit codes: the command's; 75 not
+    /// acquired within --wait; 76 lease lost; 69 store error; 71 supervision not set up; 126
+    /// command not executable; 127 command not found.
     Run(RunArgs),
     /// Internal: the supervisor `tairlock run` starts its command under (see `run.rs`).
     #[command(name = "__supervise", hide = true)]

@@ -440,6 +440,51 @@ impl Renewals {
     }
 }
 
+/// What `tairlock run` has seen of the command's supervision.
+#[derive(Debug)]
+struct Seen {
+    /// Why the command is being stopped, if it is.
+    stop: Option<Stop>,
+    /// The command's pid (and process group), once started.
+    command: Option<Pid>,
+    /// The command could not be started (the supervisor exits 126 or 127).
+    not_started: bool,
+    /// For how long no renewal had been answered when the supervisor stopped the command.
+    overdue: Duration,
+    renewals: Renewals,
+    fence: Option<u64>,
+}
+
+impl Seen {
+    fn report(&mut self, report: Report, spec: &RunSpec) {
+        match report {
+            Report::Started(pid) => {
+                self.command = Some(Pid::from_raw(pid));
+                let (lock, fence) = (&spec.name, self.fence);
+                tracing::debug!(%lock, fence, group = pid, "command started");
+            }
+            Report::NotStarted(_) => self.not_started = true,
+            Report::Overdue => {
+                if self.stop.is_none() {
+                    self.stop = Some(Stop::Overdue);
+                    self.overdue = self.renewals.unanswered_for();
+                    say!(
+                        "the lease on {} could not be renewed: {}; stopping the command (SIGTERM \
+                         to everything it started) --grace ({:?}) before the lease's deadline, \
+                         so that it ends inside the lease",
+                        spec.name,
+                        self.renewals.unanswered(self.overdue, false),
+                        spec.grace
+                    );
+                }
+            }
+            Report::Killed => {
+                say!("the command did not end in time; SIGKILL to everything it started");
+            }
+        }
+    }
+}
+
 /// Run the command under the lock and return tairlock's exit code (see the [module docs](self)).
 ///
 /// # Cancel safety
@@ -517,54 +562,34 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
     };
     supervisor.order(Order::Go(Monotonic::from_instant(deadline)));
 
-    let mut stop: Option<Stop> = None;
-    let mut command: Option<Pid> = None;
-    let mut not_started = false;
-    // For how long no renewal had been answered when the supervisor stopped the command.
-    let mut overdue = Duration::ZERO;
-    let mut renewals = Renewals::landed(deadline);
+    let mut seen = Seen {
+        stop: None,
+        command: None,
+        not_started: false,
+        overdue: Duration::ZERO,
+        renewals: Renewals::landed(deadline),
+        fence: env.fence,
+    };
     let status = {
         let mut resume: Option<Pin<Box<dyn Future<Output = Option<Instant>> + Send + '_>>> = None;
         loop {
             tokio::select! {
                 status = supervisor.child.wait() => break status,
-                Some(report) = supervisor.reports.recv() => match report {
-                    Report::Started(pid) => {
-                        command = Some(Pid::from_raw(pid));
-                        let (lock, fence) = (&spec.name, env.fence);
-                        tracing::debug!(%lock, fence, group = pid, "command started");
-                    }
-                    Report::NotStarted(_) => not_started = true,
-                    Report::Overdue => {
-                        if stop.is_none() {
-                            stop = Some(Stop::Overdue);
-                            overdue = renewals.unanswered_for();
-                            say!(
-                                "the lease on {} could not be renewed: {}; stopping the command \
-                                 (SIGTERM to everything it started) --grace ({:?}) before the \
-                                 lease's deadline, so that it ends inside the lease",
-                                spec.name, renewals.unanswered(overdue, false), spec.grace
-                            );
-                        }
-                    }
-                    Report::Killed => say!(
-                        "the command did not end in time; SIGKILL to everything it started"
-                    ),
-                },
-                () = guard.lost(), if stop.is_none() => {
+                Some(report) = supervisor.reports.recv() => seen.report(report, spec),
+                () = guard.lost(), if seen.stop.is_none() => {
                     say!(
                         "the lease on {} was lost; stopping the command (SIGTERM to everything \
                          it started)",
                         spec.name
                     );
-                    stop = Some(Stop::Lost);
+                    seen.stop = Some(Stop::Lost);
                     supervisor.order(Order::Lost);
                 }
                 () = tokio::time::sleep(POLL) => {
                     if let Some(deadline) = guard.deadline()
-                        && deadline != renewals.sent
+                        && deadline != seen.renewals.sent
                     {
-                        renewals = Renewals::landed(deadline);
+                        seen.renewals = Renewals::landed(deadline);
                         supervisor.order(Order::Deadline(Monotonic::from_instant(deadline)));
                     }
                 }
@@ -577,13 +602,13 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
                     let _ = raise(Signal::SIGSTOP);
                 }
                 Some(()) = signals.cont.recv() => {
-                    renewals.stopped = true;
+                    seen.renewals.stopped = true;
                     resume = Some(Box::pin(recheck(&guard, spec.grace)));
                 }
                 live = poll_some(&mut resume) => {
                     resume = None;
                     if let Some(deadline) = live {
-                        renewals = Renewals::landed(deadline);
+                        seen.renewals = Renewals::landed(deadline);
                         supervisor.order(Order::Continue(Monotonic::from_instant(deadline)));
                     }
                 }
@@ -595,7 +620,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
             if std::os::unix::process::ExitStatusExt::signal(&status).is_some() {
                 // The supervisor itself was killed: nothing enforces the lease on the command
                 // any more but this, on its process group.
-                supervisor_killed(command).await;
+                supervisor_killed(seen.command).await;
             }
             code_of(status)
         }
@@ -604,18 +629,22 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
             1
         }
     };
-    if foreground && let (Some(command), Some(terminal)) = (command, terminal::terminal()) {
+    if foreground && let (Some(command), Some(terminal)) = (seen.command, terminal::terminal()) {
         terminal::hand(&terminal, command, getpgrp());
+    }
+    // What it reported before it exited (the reports and its exit may be seen in any order).
+    while let Ok(Some(report)) = tokio::time::timeout(KILL_WAIT, supervisor.reports.recv()).await {
+        seen.report(report, spec);
     }
     // Nothing of the command's is left: the lifeline has nothing left to guard.
     drop(supervisor);
     tracing::debug!(lock = %spec.name, code, "command exited");
 
-    if not_started {
+    if seen.not_started {
         let _ = guard.release().await;
         return code;
     }
-    if stop == Some(Stop::Overdue) {
+    if seen.stop == Some(Stop::Overdue) {
         let left = guard
             .deadline()
             .map(|deadline| deadline.saturating_duration_since(Instant::now()))
@@ -630,11 +659,11 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
             "the command was stopped early because {}; {ended}, so no other holder overlapped \
              it. If the store is only slow to answer, retry with a longer --ttl (renewals get \
              more time to land) or a shorter --grace (the command is stopped later)",
-            renewals.unanswered(overdue, true)
+            seen.renewals.unanswered(seen.overdue, true)
         );
     }
-    if stop.is_some() || guard.is_lost() {
-        if stop.is_none() {
+    if seen.stop.is_some() || guard.is_lost() {
+        if seen.stop.is_none() {
             say!("the lease on {} was lost while the command ran", spec.name);
         }
         let _ = guard.release().await;

@@ -235,8 +235,9 @@ impl<'a> Supervisor<'a> {
             // `tairlock run` went away before the command started: nothing to do.
             _ => return Exit::RunInternal.code(),
         };
-        if deadline <= Instant::now() + self.spec.grace {
-            // The order sat unread until the lease had too little left to start on.
+        if deadline <= Instant::now() {
+            // The order sat unread until the lease was over (`tairlock run` sends it with at
+            // least `--grace` left).
             say!("the lease ran out before the command could start; not started");
             return Exit::LeaseLost.code();
         }

@@ -102,11 +102,12 @@ impl Tree {
         self.command_reaped = true;
     }
 
-    /// Whether the command's process group may be signalled: a process of ours is in it. Its id
-    /// is then that group's, not a reused one (a group id is not reused while the group exists).
+    /// Whether the command's process group may be signalled: the command is not reaped yet, or
+    /// a process of ours is in the group. Its id is then that group's, not a reused one (a group
+    /// id is not reused while the group exists, and the command's pid is not while unreaped).
     #[cfg(target_os = "linux")]
     fn group_is_ours(&self, procs: &[Proc]) -> bool {
-        procs.iter().any(|p| p.pgid == self.command && p.runs())
+        !self.command_reaped || procs.iter().any(|p| p.pgid == self.command)
     }
 
     /// Send `signal` to every running process of the command's: its group at once (so that a

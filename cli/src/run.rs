@@ -123,8 +123,15 @@ pub const EXEC: &str = "__exec";
 /// itself was killed.
 const KILL_WAIT: Duration = Duration::from_secs(1);
 
-/// How often tairlock looks for a new deadline to send.
-const POLL: Duration = Duration::from_millis(10);
+/// How often tairlock looks for a new deadline to send (more often with a short `--grace`,
+/// see [`poll_for`]).
+const POLL: Duration = Duration::from_millis(25);
+
+/// How often to look for a new deadline with `grace`: a renewal that lands just before the
+/// deadline less `grace` reaches the supervisor within a quarter of it.
+fn poll_for(grace: Duration) -> Duration {
+    POLL.min(grace / 4).max(Duration::from_millis(1))
+}
 
 /// The default `--grace`.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -562,6 +569,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
     };
     supervisor.order(Order::Go(Monotonic::from_instant(deadline)));
 
+    let poll = poll_for(spec.grace);
     let mut seen = Seen {
         stop: None,
         command: None,
@@ -585,7 +593,7 @@ pub async fn run<L: Locker>(locks: &L, spec: &RunSpec) -> u8 {
                     seen.stop = Some(Stop::Lost);
                     supervisor.order(Order::Lost);
                 }
-                () = tokio::time::sleep(POLL) => {
+                () = tokio::time::sleep(poll) => {
                     if let Some(deadline) = guard.deadline()
                         && deadline != seen.renewals.sent
                     {

@@ -237,13 +237,23 @@ fn sigtstp_to_tairlock_stops_the_command_and_sigcont_resumes_it() {
         || state(tairlock.as_raw()) == 'T' && state(writer) == 'T',
     );
     let frozen = fence.a_lines();
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(
         fence.a_lines(),
         frozen,
         "the command wrote while tairlock was stopped"
     );
     kill(tairlock, Signal::SIGCONT).unwrap();
+    // Continued only once tairlock has renewed: the lease then has (nearly) all of its 3 s,
+    // where it had at most 1.8 s left after the stop.
+    until(Duration::from_secs(5), "the command is continued", || {
+        fence.a_lines() > frozen
+    });
+    let left: u64 = server.cli(&["PTTL", LOCK_KEY]).trim().parse().unwrap();
+    assert!(
+        left > 2000,
+        "the command was continued before a renewal: PTTL {left} ms"
+    );
     let status = wait_for(&mut a, Duration::from_secs(15), "continued", &stderr);
     assert_eq!(status.code(), Some(0), "{}", read(&stderr));
     assert_eq!(

@@ -52,7 +52,7 @@ use super::tree::Tree;
 use crate::exit::Exit;
 
 /// How often the supervisor looks at `tairlock run`'s state and at stragglers.
-const POLL: Duration = Duration::from_millis(20);
+const POLL: Duration = Duration::from_millis(50);
 
 /// How the supervisor was started (see [`SuperviseArgs`](crate::run_args::SuperviseArgs)).
 #[derive(Debug)]

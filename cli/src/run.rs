@@ -95,7 +95,8 @@ mod tree;
 
 use self::kinds::{Hold, Locker, Released};
 use self::lifeline::{Monotonic, Order, Report, read_report, send_order};
-pub use self::supervisor::{Supervise, exec, supervise};
+use self::supervisor::this_binary;
+pub use self::supervisor::{EXEC, Supervise, exec, supervise};
 pub use self::terminal::block_background_stops;
 use crate::exit::Exit;
 
@@ -115,9 +116,6 @@ pub const EXIT_SPAWN: u8 = Exit::Spawn as u8;
 
 /// The name of the hidden subcommand that runs [`supervise`].
 pub const SUPERVISE: &str = "__supervise";
-
-/// The name of the hidden subcommand that runs [`exec`].
-pub const EXEC: &str = "__exec";
 
 /// How long tairlock waits for the command's group to end after SIGKILL when the supervisor
 /// itself was killed.
@@ -255,19 +253,6 @@ fn supervisor_command() -> Command {
     let mut command = Command::new(this_binary());
     command.arg0("tairlock");
     command
-}
-
-/// This binary: on Linux through `/proc/self/exe`, so that one replaced while tairlock runs is
-/// not a problem.
-fn this_binary() -> std::path::PathBuf {
-    #[cfg(target_os = "linux")]
-    {
-        "/proc/self/exe".into()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        std::env::current_exe().unwrap_or_else(|_| "tairlock".into())
-    }
 }
 
 /// What the command's environment says.

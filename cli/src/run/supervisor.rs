@@ -51,6 +51,22 @@ use super::terminal;
 use super::tree::Tree;
 use crate::exit::Exit;
 
+/// The name of the hidden subcommand that runs [`exec`].
+pub const EXEC: &str = "__exec";
+
+/// This binary: on Linux through `/proc/self/exe`, so that one replaced while tairlock runs is
+/// not a problem.
+pub(crate) fn this_binary() -> std::path::PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        "/proc/self/exe".into()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        std::env::current_exe().unwrap_or_else(|_| "tairlock".into())
+    }
+}
+
 /// How often the supervisor looks at `tairlock run`'s state and at stragglers.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -252,8 +268,8 @@ impl<'a> Supervisor<'a> {
                 }
             };
         // Through `tairlock __exec` (see [`exec`]), which becomes the command.
-        let mut command = std::process::Command::new(super::this_binary());
-        command.arg0("tairlock").arg(super::EXEC);
+        let mut command = std::process::Command::new(this_binary());
+        command.arg0("tairlock").arg(EXEC);
         if self.spec.foreground {
             command
                 .arg("--foreground")

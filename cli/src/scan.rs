@@ -83,8 +83,8 @@ pub struct ScanArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     rate: u32,
     /// How long past its end a lease, timestamp or queue place must be before a lock without
-    /// a TTL counts as stuck (e.g. 10m, 1h, 2d).
-    #[arg(long, value_parser = duration::parse, default_value = "1h")]
+    /// a TTL counts as stuck (e.g. 10m, 1h, 24h; 0: as soon as it ended).
+    #[arg(long, value_parser = duration::parse_or_zero, default_value = "1h")]
     stale_after: Duration,
     #[command(flatten)]
     conn: ConnArgs,
@@ -162,12 +162,12 @@ impl ScanReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "scan of {}, pattern {}: {} keys on {} server(s) in {:?}",
+            "scan of {}, pattern {}: {} keys on {} server(s) in {}",
             self.target,
             self.pattern,
             self.keys_scanned,
             self.servers.len(),
-            Duration::from_millis(self.elapsed_ms)
+            duration::show(Duration::from_millis(self.elapsed_ms))
         );
         let _ = writeln!(
             out,
@@ -192,7 +192,8 @@ impl ScanReport {
                         .join(", ")
                 })
                 .unwrap_or_default();
-            let _ = writeln!(out, "{:<12}{count:>8}  {states}", class.name());
+            let line = format!("{:<12}{count:>8}  {states}", class.name());
+            let _ = writeln!(out, "{}", line.trim_end());
         }
         let other = self.counts.get("other").copied().unwrap_or(0);
         let _ = writeln!(out, "{:<12}{other:>8}  left out (user data)", "other");

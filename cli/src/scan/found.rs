@@ -28,6 +28,7 @@ use tairlock::{ErrorKind, ExpireLock, Keyspace, Options, Store, Ttl};
 use tairlock_rwlock::RwLock;
 
 use super::classify::{Facts, Item, Named, Place, Queue};
+use crate::duration::show;
 use crate::{admin, legacy_inspect, rw_inspect, sem_inspect};
 
 /// How long `tairlock run` waits for its turn in the commands that clear an orphaned queue.
@@ -181,7 +182,7 @@ impl QueueReport {
     /// In one line, after the queue's key.
     fn line(&self) -> String {
         let kept = match self.ttl_ms {
-            Some(ms) => format!("its keys expire in {:?}", Duration::from_millis(ms)),
+            Some(ms) => format!("its keys expire in {}", show(Duration::from_millis(ms))),
             None => "its keys have no TTL".to_owned(),
         };
         format!(
@@ -241,12 +242,12 @@ impl TokenReport {
 
     fn line(&self) -> String {
         format!(
-            "{}: a {}-character {} token, expires in {:?}: a SET NX PX lock of another library \
+            "{}: a {}-character {} token, expires in {}: a SET NX PX lock of another library \
              (redis-py, redlock, redsync, ...) or a value of that shape",
             self.key,
             self.length,
             self.format,
-            Duration::from_millis(self.ttl_ms.unwrap_or_default())
+            show(Duration::from_millis(self.ttl_ms.unwrap_or_default()))
         )
     }
 }
@@ -265,7 +266,7 @@ pub struct FenceReport {
 impl FenceReport {
     fn line(&self) -> String {
         let kept = match self.ttl_ms {
-            Some(ms) => format!("kept {:?} more", Duration::from_millis(ms)),
+            Some(ms) => format!("kept {} more", show(Duration::from_millis(ms))),
             None => "kept without a TTL".to_owned(),
         };
         format!(
@@ -444,8 +445,9 @@ async fn expire<S: Store>(
         (report.remaining_ms, judge.long_past(ends), &report.holder)
     {
         let because = format!(
-            "the lease ended {ago:?} ago and the key has no TTL: a lock whose key exists is \
-             held, so no client will ever take it"
+            "the lease ended {} ago and the key has no TTL: a lock whose key exists is \
+             held, so no client will ever take it",
+            show(ago)
         );
         let clear = judge.unlock(&report.key, &format!(" --if-value {}", sh_quote(lease)));
         found = found.stuck(because, clear);
@@ -506,7 +508,8 @@ async fn rw<S: Store>(
         && let Some(ago) = judge.long_past(w.expires_at_ms)
     {
         because.push(format!(
-            "the writer's lease ended {ago:?} ago and its key has no TTL"
+            "the writer's lease ended {} ago and its key has no TTL",
+            show(ago)
         ));
     }
     if report.intent.is_some() && intent.is_some_and(|f| f.ttl == Ttl::Persistent) {
@@ -599,8 +602,9 @@ async fn legacy<S: Store>(
         && let Some(ago) = judge_then.long_past(ends)
     {
         let because = format!(
-            "written by an original client (no TTL) and expired {ago:?} ago by the server's \
-             clock: it never goes by itself"
+            "written by an original client (no TTL) and expired {} ago by the server's \
+             clock: it never goes by itself",
+            show(ago)
         );
         let clear = judge.unlock(key, &format!(" --legacy --if-value {}", sh_quote(&value)));
         found = found.stuck(because, clear);

@@ -62,15 +62,16 @@ enum Command {
     /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
     /// that holds anything but one of our locks (exit 5).
     Unlock(UnlockArgs),
-    /// Find every lock in a live keyspace, reading only: this project's expire locks, fair
-    /// queues, reader/writer locks and semaphores, legacy SETNX/GETSET timestamp locks (seconds
-    /// or ms, by an original client or a safe one), and token locks of other libraries (a
-    /// token-shaped string with a TTL); everything else is left out untouched. Walks the
-    /// keyspace with SCAN (never KEYS), paced by --count and --rate, on every master of a
-    /// cluster; prints the counts per class and each lock in one line, as inspect would say.
-    /// --stuck lists only the locks nobody can take without help (no TTL and an end long past,
-    /// orphaned queues), each with the command that clears it, and exits 6 when it finds one
-    /// (0 when none). Needs a server: the embedded store cannot be scanned from outside.
+    /// Find every lock in a live keyspace, reading only (nothing is ever written): this
+    /// project's expire locks, fair queues, reader/writer locks and semaphores, legacy
+    /// SETNX/GETSET timestamp locks (seconds or ms, by an original client or a safe one), and
+    /// token locks of other libraries (a token-shaped string with a TTL); everything else is
+    /// left out untouched. Walks the keyspace with SCAN (never KEYS), paced by --count and
+    /// --rate, on every master of a cluster; prints the counts per class and each lock in one
+    /// line, as inspect would say. --stuck lists only the locks nobody can take without help (no
+    /// TTL and an end long past, orphaned queues), each with the command that clears it. Needs
+    /// a server: the embedded store cannot be scanned from outside its process. Exit codes: 0;
+    /// with --stuck, 6 when a stuck lock was found; 2 bad flags; 4 store error.
     Scan(ScanArgs),
 }
 

@@ -22,8 +22,9 @@
 //! of changes). Where the server has `CLIENT NO-TOUCH` (Redis 7.2+, Valkey), the samples do not
 //! count as accesses either, so the keys' LRU/LFU data stays as it was.
 //!
-//! What each key is taken for is in [`classify`]; what is reported of each lock, and when it is
-//! stuck, in [`found`](self::found).
+//! What each key is taken for (the key layouts, the value shapes, and the rules for keys outside
+//! them) is in the `classify` module; what is reported of each lock, and when it is stuck, in
+//! `found` ([`Found`], [`Class`]).
 //!
 //! The embedded store lives inside one process, so there is nothing to scan from outside: the
 //! command works against servers only.

@@ -18,9 +18,9 @@
 //!
 //! Extra keys are tolerated: a key under the hash tag of a recognised lock whose suffix extends
 //! one of that lock's suffixes (`…:sem:limit` beside `…:sem`) is listed with the lock and never
-//! judged on its own, so a kind that gains a key is not misread as a lock of another library.
-//! Value shapes are matched by their leading fields only, so an entry that gains a field still
-//! matches.
+//! judged on its own, so a kind that gains a key is not misread as a lock of another library. Value shapes are matched by
+//! their leading fields only, so an entry that gains a field still matches, and a hash of
+//! entries may hold other fields beside them.
 //!
 //! # Keys outside the layouts
 //!
@@ -155,7 +155,7 @@ enum Shape {
     Nonce,
     /// A sorted set whose members are nonces.
     Nonces,
-    /// A hash of nonce → `<integer>:<integer>…`.
+    /// A hash of nonce → `<integer>:<integer>…` (at least one such field; others tolerated).
     Entries,
 }
 
@@ -249,8 +249,9 @@ impl Shape {
             (Shape::Nonces, Sample::Zset { members, .. }) => {
                 !members.is_empty() && members.iter().all(|(m, _)| is_nonce(m))
             }
+            // Other fields beside the entries are tolerated (a kind may keep a setting there).
             (Shape::Entries, Sample::Hash { fields, .. }) => {
-                !fields.is_empty() && fields.iter().all(|(f, v)| is_nonce(f) && is_entry(v))
+                fields.iter().any(|(f, v)| is_nonce(f) && is_entry(v))
             }
             _ => false,
         }
@@ -365,7 +366,11 @@ impl Queue {
     /// The places read, in arrival order (the sorted set's, then entries without a member).
     pub(crate) fn places(&self) -> Vec<Place> {
         let entries: Vec<(String, String)> = match self.entries.as_ref().map(|f| &f.sample) {
-            Some(Sample::Hash { fields, .. }) => fields.clone(),
+            Some(Sample::Hash { fields, .. }) => fields
+                .iter()
+                .filter(|(f, v)| is_nonce(f) && is_entry(v))
+                .cloned()
+                .collect(),
             _ => Vec::new(),
         };
         let ends = |nonce: &str| {
@@ -834,7 +839,10 @@ mod tests {
                 "6f1c1b0e9a6d11ee8c900242ac",
                 ttl(),
             ),
-            hash("tairlock:{pool}:sem:h", &[(NONCE, "1:17:extra")]),
+            hash(
+                "tairlock:{pool}:sem:h",
+                &[("limit", "5"), (NONCE, "1:17:extra")],
+            ),
             string(
                 "tairlock:{other}:sem:limit",
                 "6f1c1b0e9a6d11ee8c900242ac",
@@ -847,7 +855,14 @@ mod tests {
         let Item::Sem(sem, _) = &items[0] else {
             panic!("{items:#?}")
         };
-        assert!(sem.keys.contains(&"tairlock:{pool}:sem:limit".to_owned()));
+        assert_eq!(
+            sem.keys,
+            [
+                "tairlock:{pool}:sem",
+                "tairlock:{pool}:sem:h",
+                "tairlock:{pool}:sem:limit"
+            ]
+        );
         assert!(matches!(&items[1], Item::Token(f) if f.key == "tairlock:{other}:sem:limit"));
     }
 
@@ -855,7 +870,10 @@ mod tests {
     fn a_queue_reads_its_places_in_arrival_order() {
         let queue = Queue {
             order: Some(zset("q", &[("bb", 1.0), ("aa", 2.0)])),
-            entries: Some(hash("w", &[("aa", "500:2000:ch"), ("cc", "9:1")])),
+            entries: Some(hash(
+                "w",
+                &[("aa", "500:2000:ch"), ("cc", "9:1"), ("limit", "5")],
+            )),
         };
         assert_eq!(
             queue.places(),

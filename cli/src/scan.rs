@@ -44,7 +44,7 @@ use tairlock::{ClusterStore, Error, ErrorKind, Store, Ttl};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::classify::{COLLECTION_SAMPLE, Collector, Facts, STRING_SAMPLE, Sample, sampled};
+use self::classify::{COLLECTION_SAMPLE, Collector, Facts, Item, STRING_SAMPLE, Sample, sampled};
 pub use self::found::{Class, FenceReport, Found, PlaceReport, QueueReport, TokenReport};
 use self::found::{Judge, sh_quote};
 use crate::duration;
@@ -99,7 +99,7 @@ pub struct ScanArgs {
 }
 
 /// What one server's scan did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ServerReport {
     /// `host:port`.
     pub server: String,
@@ -401,16 +401,7 @@ async fn scan_server<S: Store>(
         .await;
     let mut report = ServerReport {
         server: node.label.clone(),
-        keys_scanned: 0,
-        scan_calls: 0,
-        read_pipelines: 0,
-        read_commands: 0,
-        inspections: 0,
-        inspect_batches: 0,
-        skipped: 0,
-        vanished: 0,
-        other: 0,
-        elapsed_ms: 0,
+        ..ServerReport::default()
     };
     let mut pacer = Pacer::new(plan.rate);
     let mut collector = Collector::default();
@@ -436,8 +427,9 @@ async fn scan_server<S: Store>(
         }
         cursor = next;
     }
-    let (items, other) = collector.finish();
+    let (mut items, other) = collector.finish();
     report.other += other;
+    complete_queues(&mut con, &mut items, &mut report).await?;
     let mut found = Vec::new();
     let mut items = items.into_iter().peekable();
     while items.peek().is_some() {
@@ -467,7 +459,7 @@ async fn scan_server<S: Store>(
     Ok((report, found))
 }
 
-/// Read the type, TTL and a value sample of each key, in two pipelines, into `collector`.
+/// Read the keys a SCAN call returned into `collector`.
 async fn read_keys(
     con: &mut redis::aio::MultiplexedConnection,
     keys: Vec<Vec<u8>>,
@@ -482,8 +474,45 @@ async fn read_keys(
             Err(_) => report.other += 1,
         }
     }
-    if names.is_empty() {
+    let (facts, unread) = read_facts(con, names, report).await?;
+    report.skipped += unread;
+    for facts in facts {
+        collector.add(facts);
+    }
+    Ok(())
+}
+
+/// Read the other key of every queue the scan saw one key of (a PATTERN matched only one), so
+/// that each queue is judged whole.
+async fn complete_queues(
+    con: &mut redis::aio::MultiplexedConnection,
+    items: &mut [Item],
+    report: &mut ServerReport,
+) -> tairlock::Result<()> {
+    let missing: Vec<String> = items.iter().filter_map(|i| i.queue()?.missing()).collect();
+    if missing.is_empty() {
         return Ok(());
+    }
+    let (facts, _) = read_facts(con, missing, report).await?;
+    for item in items {
+        if let Some(queue) = item.queue_mut() {
+            queue.complete(&facts);
+        }
+    }
+    Ok(())
+}
+
+/// Read the type, TTL and a value sample of each key, in two pipelines: the facts of the keys
+/// read, and how many could not be (gone since, changed type or moved meanwhile).
+async fn read_facts(
+    con: &mut redis::aio::MultiplexedConnection,
+    names: Vec<String>,
+    report: &mut ServerReport,
+) -> tairlock::Result<(Vec<Facts>, u64)> {
+    let mut read = Vec::with_capacity(names.len());
+    let mut unread = 0;
+    if names.is_empty() {
+        return Ok((read, unread));
     }
     let mut first = redis::pipe();
     first.ignore_errors();
@@ -509,12 +538,12 @@ async fn read_keys(
             .and_then(|r| r.as_ref().ok())
             .and_then(int);
         let (Some(key_type), Some(ttl)) = (key_type, ttl) else {
-            report.skipped += 1;
+            unread += 1;
             continue;
         };
         if key_type == "none" {
             // Gone since the SCAN (expired or deleted).
-            report.skipped += 1;
+            unread += 1;
             continue;
         }
         let n = if !sampled(&name, &key_type) {
@@ -568,19 +597,19 @@ async fn read_keys(
                 Some(sample) => sample,
                 None => {
                     // Changed type, or moved, between the two pipelines.
-                    report.skipped += 1;
+                    unread += 1;
                     continue;
                 }
             }
         };
-        collector.add(Facts {
+        read.push(Facts {
             key,
             key_type,
             ttl,
             sample,
         });
     }
-    Ok(())
+    Ok((read, unread))
 }
 
 /// `host:port` of a URL, without its user info.

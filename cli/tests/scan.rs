@@ -789,6 +789,44 @@ fn every_master_of_a_cluster_is_scanned() {
 }
 
 #[test]
+fn a_pattern_scans_its_keys_only_and_each_queue_is_read_whole() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (mut exp, mut raw) = (Expected::default(), Raw::new(&url));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = RedisStore::connect(&url).await.unwrap();
+        live_locks(store, &mut raw, &mut exp, "", 2).await;
+    });
+    orphans(&mut raw, &mut exp, 1);
+    user_data(&mut raw, "", 100);
+    // Only the queues' sorted sets match: their waiters' entries are read all the same, so the
+    // live queues are not taken for lapsed ones.
+    let queues = scan_json(&["--redis", &url, "*:fairq"], 0);
+    assert_eq!(num(&queues["keys_scanned"]), 3);
+    let (classes, states) = counts(&queues);
+    assert_eq!(classes["fair-queue"], 3);
+    assert_eq!(classes["other"], 0);
+    assert_eq!(states["fair-queue waiting"], 2);
+    assert_eq!(states["fair-queue lapsed"], 1);
+    assert_eq!(num(&queues["stuck"]), 1);
+    // Legacy keys only: held by a safe lock, held by an original client, expired lately.
+    let legacy = scan_json(&["--redis", &url, "lock.*"], 0);
+    let (classes, states) = counts(&legacy);
+    assert_eq!(classes.values().sum::<u64>(), 6, "{classes:?}");
+    assert_eq!(states["legacy-lock held"], 4);
+    assert_eq!(states["legacy-lock expired"], 2);
+    let safe = legacy["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["key"] == "lock.safe.0")
+        .unwrap();
+    assert_eq!(safe["inspect"]["written_by"], "safe");
+    assert!(safe["inspect"]["last_fence"].is_u64(), "{safe}");
+}
+
+#[test]
 fn the_rate_paces_the_calls() {
     let server = RedisServer::start();
     let mut raw = Raw::new(&server.url());

@@ -349,7 +349,47 @@ pub(crate) struct Place {
     pub(crate) ends_ms: Option<u64>,
 }
 
+/// The two keys of each kind's queue: the sorted set of arrivals, the hash of entries.
+const QUEUES: [(&str, &str); 3] = [(":fairq", ":fairw"), (":wq", ":ww"), (":sem:q", ":sem:qw")];
+
 impl Queue {
+    /// The name of its other key, when the scan saw only one.
+    pub(crate) fn missing(&self) -> Option<String> {
+        let other = |key: &str, seen_entries: bool| {
+            QUEUES.iter().find_map(|(order, entries)| {
+                let (own, other) = if seen_entries {
+                    (entries, order)
+                } else {
+                    (order, entries)
+                };
+                Some(format!("{}{other}", key.strip_suffix(own)?))
+            })
+        };
+        match (&self.order, &self.entries) {
+            (Some(order), None) => other(&order.key, false),
+            (None, Some(entries)) => other(&entries.key, true),
+            _ => None,
+        }
+    }
+
+    /// Take its missing key from `read`, where it is, with the type and shape it should have.
+    pub(crate) fn complete(&mut self, read: &[Facts]) {
+        let Some(key) = self.missing() else {
+            return;
+        };
+        for facts in read.iter().filter(|f| f.key == key) {
+            match part_of(facts).map(|(_, _, part)| part) {
+                Some(Part::FairQueue | Part::WriterQueue | Part::SemQueue) => {
+                    self.order = Some(facts.clone());
+                }
+                Some(Part::FairWaiters | Part::WriterWaiters | Part::SemWaiters) => {
+                    self.entries = Some(facts.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.order.is_none() && self.entries.is_none()
     }
@@ -454,6 +494,22 @@ impl Item {
                 .map(|f| f.key.clone())
                 .collect(),
             Item::Token(f) | Item::Fence(f) => vec![f.key.clone()],
+        }
+    }
+
+    /// Its fair mode's queue, for the kinds that have one.
+    pub(crate) fn queue(&self) -> Option<&Queue> {
+        match self {
+            Item::Fair(_, q) | Item::Rw(_, _, q) | Item::Sem(_, q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// As [`queue`](Self::queue), to complete it.
+    pub(crate) fn queue_mut(&mut self) -> Option<&mut Queue> {
+        match self {
+            Item::Fair(_, q) | Item::Rw(_, _, q) | Item::Sem(_, q) => Some(q),
+            _ => None,
         }
     }
 
@@ -864,6 +920,32 @@ mod tests {
             ]
         );
         assert!(matches!(&items[1], Item::Token(f) if f.key == "tairlock:{other}:sem:limit"));
+    }
+
+    #[test]
+    fn a_queue_seen_by_one_key_names_the_other_and_takes_it() {
+        let mut queue = Queue {
+            order: None,
+            entries: Some(hash("app:{x}:sem:qw", &[(NONCE, "9:1")])),
+        };
+        assert_eq!(queue.missing().as_deref(), Some("app:{x}:sem:q"));
+        let order = zset("app:{x}:sem:q", &[(NONCE, 1.0)]);
+        queue.complete(&[string("app:{x}:sem:q", "no", ttl()), order.clone()]);
+        assert_eq!(queue.order, Some(order));
+        assert_eq!(queue.missing(), None);
+        let fair = Queue {
+            order: Some(zset("tairlock:{y}:fairq", &[(NONCE, 1.0)])),
+            entries: None,
+        };
+        assert_eq!(fair.missing().as_deref(), Some("tairlock:{y}:fairw"));
+        let mut rw = Queue {
+            order: Some(zset("{z}:wq", &[(NONCE, 1.0)])),
+            entries: None,
+        };
+        assert_eq!(rw.missing().as_deref(), Some("{z}:ww"));
+        // A key of another shape under that name is not taken.
+        rw.complete(&[hash("{z}:ww", &[("name", "ada")])]);
+        assert_eq!(rw.entries, None);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub enum Class {
     LegacyLock,
     /// A token lock of another library: a random token with a TTL (`SET key token NX PX ttl`).
     TokenLock,
-    /// A fencing token kept after its lock was released.
+    /// A fencing token kept after its lock was released (no key of the lock was seen).
     Fence,
 }
 
@@ -270,7 +270,7 @@ impl FenceReport {
             None => "kept without a TTL".to_owned(),
         };
         format!(
-            "{}: last fencing token {}, {kept}; its lock is not held",
+            "{}: last fencing token {}, {kept}; no key of its lock was seen",
             self.key,
             self.last_fence.unwrap_or_default()
         )

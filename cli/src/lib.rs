@@ -10,6 +10,7 @@
 //!   [`rw_inspect`] (reader/writer locks), [`sem_inspect`] (semaphores) or [`legacy_inspect`]
 //!   (legacy `SETNX`/`GETSET` keys).
 //! - [`unlock`]: `tairlock unlock --force`, for every lock kind.
+//! - [`scan`]: `tairlock scan`, every lock in a live keyspace (read-only), and the stuck ones.
 //! - [`run_args`]: `tairlock run`'s flags; `run` and `run::job` (Unix only): `tairlock run KEY
 //!   -- CMD…`, for every lock kind.
 //! - [`flags`]: the flags several commands share (connection, a lock's key).
@@ -33,6 +34,7 @@ pub mod race_cmd;
 pub mod run;
 pub mod run_args;
 pub mod rw_inspect;
+pub mod scan;
 pub mod sem_inspect;
 pub mod target;
 pub mod unlock;

@@ -93,6 +93,32 @@ impl InspectReport {
         }
         out
     }
+
+    /// The report in one line, as `tairlock scan` lists it.
+    pub fn line(&self) -> String {
+        let last = self
+            .last_fence
+            .map_or(String::new(), |f| format!(", last fence {f}"));
+        match self.state.as_str() {
+            "free" => format!("{}: free{last}", self.key),
+            "foreign" => format!(
+                "{}: not a tairlock lock (a {} of somebody else's)",
+                self.key, self.key_type
+            ),
+            _ => {
+                let remaining = match self.remaining_ms {
+                    Some(ms) => format!("remaining {:?}", Duration::from_millis(ms)),
+                    None => "the key has no TTL: it never expires".to_owned(),
+                };
+                format!(
+                    "{}: held, fence {}, lease ends at {} ms (server time), {remaining}",
+                    self.key,
+                    self.fence.unwrap_or_default(),
+                    self.expires_at_ms.unwrap_or_default()
+                )
+            }
+        }
+    }
 }
 
 /// Inspect the lock `name`.

@@ -33,6 +33,28 @@ pub fn parse_or_zero(s: &str) -> Result<Duration, String> {
     parse_any(s)
 }
 
+/// A duration for people: to the millisecond under a minute (`1.25s`), else its two largest
+/// units (`3m20s`, `2h5m`, `412d7h`).
+pub fn show(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        return format!("{:?}", Duration::from_millis(d.as_millis() as u64));
+    }
+    let units = [
+        (secs / 86_400, "d"),
+        (secs / 3600 % 24, "h"),
+        (secs / 60 % 60, "m"),
+        (secs % 60, "s"),
+    ];
+    let first = units.iter().position(|(n, _)| *n > 0).unwrap_or(3);
+    units[first..]
+        .iter()
+        .take(2)
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect()
+}
+
 fn parse_any(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.is_empty() {
@@ -123,6 +145,18 @@ mod tests {
         }
         assert!(parse("0ms").unwrap_err().contains("out of range"));
         assert!(parse("30m1h").unwrap_err().contains("larger to smaller"));
+    }
+
+    #[test]
+    fn durations_show_their_two_largest_units() {
+        assert_eq!(show(Duration::from_millis(1250)), "1.25s");
+        assert_eq!(show(Duration::from_secs(200)), "3m20s");
+        assert_eq!(show(Duration::from_secs(7200 + 300 + 9)), "2h5m");
+        assert_eq!(show(Duration::from_secs(3600)), "1h");
+        assert_eq!(
+            show(Duration::from_secs(412 * 86_400 + 7 * 3600 + 5)),
+            "412d7h"
+        );
     }
 
     #[test]

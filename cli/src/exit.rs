@@ -1,5 +1,5 @@
 //! Every exit code of `tairlock`, defined once: `tairlock --help` lists them from here, and the
-//! README's table repeats them.
+//! guide's page on `tairlock run` (`docs/run.md`) repeats those of `run`.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -16,10 +16,13 @@ pub enum Exit {
     Usage = 2,
     /// `race`: a verbatim recipe showed no flaw in any scenario (the demonstration failed).
     NoFlawShown = 3,
-    /// A store or I/O error (`race`, `bench`, `inspect`, `unlock`).
+    /// A store or I/O error (`race`, `bench`, `inspect`, `unlock`, `scan`).
     Store = 4,
-    /// `unlock --force` refused a key that is not one of our locks (it holds user data).
+    /// `unlock --force` refused a key that is not one of our locks (it holds user data), or
+    /// that no longer holds the value `--if-value` names.
     Refused = 5,
+    /// `scan --stuck`: it found a lock nobody can take without help.
+    Stuck = 6,
     /// `run`: the store could not be reached or refused the lock (`EX_UNAVAILABLE`).
     RunStore = 69,
     /// `run`: the lock was not acquired within `--wait` (`EX_TEMPFAIL`).
@@ -39,13 +42,14 @@ pub enum Exit {
 
 impl Exit {
     /// Every code, in order.
-    pub const ALL: [Exit; 12] = [
+    pub const ALL: [Exit; 13] = [
         Exit::Ok,
         Exit::Broken,
         Exit::Usage,
         Exit::NoFlawShown,
         Exit::Store,
         Exit::Refused,
+        Exit::Stuck,
         Exit::RunStore,
         Exit::RunInternal,
         Exit::NotAcquired,
@@ -68,6 +72,7 @@ impl Exit {
             Exit::NoFlawShown => "no-flaw-shown",
             Exit::Store => "store",
             Exit::Refused => "refused",
+            Exit::Stuck => "stuck",
             Exit::RunStore => "run-store",
             Exit::NotAcquired => "not-acquired",
             Exit::LeaseLost => "lease-lost",
@@ -85,7 +90,11 @@ impl Exit {
             Exit::Usage => "usage error: bad flags or input, or flags that make no sense together",
             Exit::NoFlawShown => "race: a verbatim recipe showed no flaw (demonstration failed)",
             Exit::Store => "store or I/O error",
-            Exit::Refused => "unlock --force refused a key that holds data that is not a lock",
+            Exit::Refused => {
+                "unlock --force refused a key that holds data that is not a lock, or another \
+                 value than --if-value"
+            }
+            Exit::Stuck => "scan --stuck: found a lock nobody can take without help",
             Exit::RunStore => "run: store unreachable, or it refused the lock",
             Exit::NotAcquired => "run: lock not acquired within --wait",
             Exit::LeaseLost => "run: lease lost (command stopped, or the release found it gone)",

@@ -57,6 +57,34 @@ pub struct ConnArgs {
 }
 
 impl ConnArgs {
+    /// Whether the master is found through sentinels (--sentinel with --master).
+    pub(crate) fn sentinel_given(&self) -> bool {
+        !self.sentinel.is_empty() && self.master.is_some()
+    }
+
+    /// These flags as command-line arguments, to repeat them in another command.
+    pub(crate) fn flags(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let files = [
+            ("--tls-ca", &self.tls_ca),
+            ("--tls-cert", &self.tls_cert),
+            ("--tls-key", &self.tls_key),
+        ];
+        for (flag, file) in files {
+            if let Some(file) = file {
+                out.push(flag.to_owned());
+                out.push(file.display().to_string());
+            }
+        }
+        if let (true, Some(master)) = (self.sentinel_given(), &self.master) {
+            out.push("--sentinel".to_owned());
+            out.push(self.sentinel.join(","));
+            out.push("--master".to_owned());
+            out.push(master.clone());
+        }
+        out
+    }
+
     fn tls(&self) -> tairlock::Result<TlsOptions> {
         let mut tls = TlsOptions::default();
         if let Some(ca) = &self.tls_ca {

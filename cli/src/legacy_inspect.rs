@@ -28,6 +28,7 @@ use tairlock::{Error, ErrorKind, Store, Ttl};
 use tairlock_legacy::Unit;
 use tairlock_legacy::wire::{fence_key, parse_value};
 
+use crate::duration::show;
 use crate::unlock::plausible_timestamp;
 
 /// The smallest millisecond value [`plausible_timestamp`] accepts (2000-01-01 in ms); every
@@ -125,6 +126,41 @@ impl LegacyInspectReport {
             }
         }
         out
+    }
+
+    /// The report in one line, as `tairlock scan` lists it.
+    pub fn line(&self) -> String {
+        let (Some(value), Some(unit)) = (&self.value, &self.unit) else {
+            return format!("{}: free", self.key);
+        };
+        let when = match (self.expired, self.expires_at_ms) {
+            (Some(true), Some(at)) => format!(
+                "expired {} ago by the server's clock",
+                show(Duration::from_millis(
+                    self.server_time_ms.saturating_sub(at)
+                ))
+            ),
+            _ => format!(
+                "expires in {} by the server's clock",
+                show(Duration::from_millis(self.remaining_ms.unwrap_or_default()))
+            ),
+        };
+        let writer = match (self.written_by.as_deref(), self.key_ttl_ms) {
+            (Some("safe"), Some(ttl)) => format!(
+                "written by a safe lock (key TTL {})",
+                show(Duration::from_millis(ttl))
+            ),
+            (Some(_), _) => "written by an original SETNX/GETSET client (no TTL)".to_owned(),
+            _ => "gone while it was read".to_owned(),
+        };
+        let mut line = format!(
+            "{}: {}, timestamp {value} ({unit}), {when}, {writer}",
+            self.key, self.state
+        );
+        if let Some(f) = self.last_fence {
+            let _ = write!(line, ", last fence {f}");
+        }
+        line
     }
 }
 

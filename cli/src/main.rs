@@ -2,7 +2,7 @@
 //! force-unlock locks.
 //!
 //! The subcommands and their dispatch only: each command's flags and work live in the library
-//! (`race_cmd`, `bench_cmd`, `inspect`, `run_args` and `run::job`, `unlock`).
+//! (`race_cmd`, `bench_cmd`, `inspect`, `run_args` and `run::job`, `unlock`, `scan`).
 //!
 //! Exit codes are defined once, in [`tairlock_cli::exit::Exit`], and listed by `tairlock --help`.
 
@@ -16,14 +16,15 @@ use tairlock_cli::race_cmd::RaceArgs;
 #[cfg(unix)]
 use tairlock_cli::run;
 use tairlock_cli::run_args::{ExecArgs, RunArgs, SuperviseArgs};
+use tairlock_cli::scan::ScanArgs;
 use tairlock_cli::unlock::UnlockArgs;
-use tairlock_cli::{bench_cmd, inspect, race_cmd, unlock};
+use tairlock_cli::{bench_cmd, inspect, race_cmd, scan, unlock};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "tairlock",
     version,
-    about = "Expiring distributed locks on Redis: race, run, inspect, unlock",
+    about = "Expiring distributed locks on Redis: race, run, inspect, unlock, scan",
     after_help = Exit::help()
 )]
 struct Cli {
@@ -67,6 +68,17 @@ enum Command {
     /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
     /// that holds anything but one of our locks (exit 5).
     Unlock(UnlockArgs),
+    /// Find every lock in a live keyspace, reading only (nothing is ever written): this
+    /// project's expire locks, fair queues, reader/writer locks and semaphores, legacy
+    /// SETNX/GETSET timestamp locks (seconds or ms, by an original client or a safe one), and
+    /// token locks of other libraries (a token-shaped string with a TTL); everything else is
+    /// left out untouched. Walks the keyspace with SCAN (never KEYS), paced by --count and
+    /// --rate, on every master of a cluster; prints the counts per class and each lock in one
+    /// line, as inspect would say. --stuck lists only the locks nobody can take without help (no
+    /// TTL and an end long past, orphaned queues), each with the command that clears it. Needs
+    /// a server: the embedded store cannot be scanned from outside its process. Exit codes: 0;
+    /// with --stuck, 6 when a stuck lock was found; 2 bad flags; 4 store error.
+    Scan(ScanArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,5 +102,6 @@ fn main() -> ExitCode {
             tairlock_cli::run_args::not_supported()
         }
         Command::Unlock(args) => unlock::command(args),
+        Command::Scan(args) => scan::command(args),
     }
 }

@@ -214,6 +214,45 @@ impl RwInspectReport {
         }
         out
     }
+
+    /// The report in one line, as `tairlock scan` lists it.
+    pub fn line(&self) -> String {
+        let ms = |ms: u64| format!("{:?}", Duration::from_millis(ms));
+        let base = self
+            .writer_key
+            .strip_suffix(":w")
+            .unwrap_or(&self.writer_key);
+        let mut parts = vec![self.state.clone()];
+        parts.push(match &self.writer {
+            Some(w) => format!(
+                "writer fence {}, {}",
+                w.fence,
+                w.remaining_ms.map_or(
+                    "the writer key has no TTL: it never expires".to_owned(),
+                    |r| format!("remaining {}", ms(r))
+                )
+            ),
+            None => "no writer".to_owned(),
+        });
+        parts.push(format!("{} live reader(s)", self.readers.len()));
+        if let Some(i) = &self.intent {
+            parts.push(format!("a writer waits ({})", i.nonce));
+        }
+        if !self.queue.is_empty() {
+            let live = self.queue.iter().filter(|q| q.remaining_ms > 0).count();
+            parts.push(format!(
+                "{} fair writer(s) queued, {live} live",
+                self.queue.len()
+            ));
+        }
+        if let Some(f) = self.last_fence {
+            parts.push(format!("last fence {f}"));
+        }
+        for f in &self.foreign {
+            parts.push(format!("{f} holds somebody else's data"));
+        }
+        format!("{base}: {}", parts.join(", "))
+    }
 }
 
 /// Inspect the reader/writer lock `name`.

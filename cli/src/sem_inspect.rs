@@ -107,6 +107,24 @@ impl SemInspectReport {
         }
         out
     }
+
+    /// The report in one line, as `tairlock scan` lists it.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "{}: {}, {} live holder(s), {} permit(s) in use",
+            self.holders_key,
+            self.state,
+            self.holders.len(),
+            self.in_use
+        );
+        if let Some(f) = self.last_fence {
+            let _ = write!(line, ", last fence {f}");
+        }
+        if self.state == "foreign" {
+            line.push_str(", a key of the semaphore holds somebody else's data");
+        }
+        line
+    }
 }
 
 /// Whether `name` looks like a semaphore: its plain lock key is absent and its holders key

@@ -12,6 +12,11 @@
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
 //! course delete the lock of a holder that arrived in between, which is what "force" means.
+//! `--if-value VALUE` (an expire lock's lease, or a legacy key's timestamp, as `tairlock inspect`
+//! or `tairlock scan --stuck` showed it) narrows that to exactly the holding that was looked at:
+//! the expire lock is released by compare-and-delete of that lease ([`ExpireLock::expire_unlock`]),
+//! the legacy key deleted only if it still holds that timestamp (checked under the `WATCH`), and a
+//! lock taken or renewed in between is refused (exit 5) and left alone.
 //!
 //! The command itself, [`command`], takes the flags ([`UnlockArgs`]), picks the kind (`--legacy`,
 //! `--rw`, a key named with a reader/writer suffix, or detected) and prints the report.
@@ -20,7 +25,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
-use tairlock::{ErrorKind, ExpireLock, Keyspace, Options, Reply, Store};
+use tairlock::{ErrorKind, ExpireLock, Keyspace, Lease, Options, Reply, Store, Unlock};
 use tairlock_legacy::WatchStore;
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
 use tairlock_legacy::wire::parse_value;
@@ -172,6 +177,36 @@ pub async fn expire<S: Store>(
     }
 }
 
+/// Unlock the expire lock `name` only if `lease` still holds it: compare-and-delete of exactly
+/// that lease, announced to waiters like any release.
+///
+/// # Errors
+///
+/// Store errors (a lock held by another lease is a refusal, not an error).
+///
+/// # Cancel safety
+///
+/// One script, as [`expire`].
+pub async fn expire_if<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+    lease: &Lease,
+) -> tairlock::Result<UnlockReport> {
+    let locks = ExpireLock::with_options(store, Options::default().keyspace(keyspace));
+    let report = UnlockReport::new(name, Kind::Expire, vec![locks.keys(name)?.lock]);
+    match locks.expire_unlock(name, lease).await {
+        Ok(Unlock::Released) => Ok(report.deleted_if(true)),
+        Ok(Unlock::HeldByOther) => Ok(report.refused(format!(
+            "another lease holds it now, not {}: it was taken or renewed since; nothing deleted",
+            lease.value()
+        ))),
+        Ok(_) => Ok(report),
+        Err(e) if e.is_wrong_type() => Ok(report.refused(e.to_string())),
+        Err(e) => Err(e),
+    }
+}
+
 /// Force-unlock the reader/writer lock `name`: its writer, every live reader, a waiting
 /// writer's intent and every place in the fair writers' queue, as one snapshot saw them.
 ///
@@ -286,7 +321,8 @@ pub fn plausible_timestamp(value: u64) -> bool {
 }
 
 /// Force-unlock the legacy lock at `key` (exactly as named): delete it if it holds a legacy
-/// timestamp, whoever wrote it. The fence key stays, so fencing tokens keep increasing.
+/// timestamp, whoever wrote it — with `expected`, only if it holds exactly that value. The
+/// fence key stays, so fencing tokens keep increasing.
 ///
 /// # Errors
 ///
@@ -295,7 +331,11 @@ pub fn plausible_timestamp(value: u64) -> bool {
 /// # Cancel safety
 ///
 /// The delete is one `MULTI`/`EXEC`: dropped midway, the key is deleted or untouched.
-pub async fn legacy<S: WatchStore>(store: S, key: &str) -> tairlock::Result<UnlockReport> {
+pub async fn legacy<S: WatchStore>(
+    store: S,
+    key: &str,
+    expected: Option<&str>,
+) -> tairlock::Result<UnlockReport> {
     let report = UnlockReport::new(key, Kind::Legacy, vec![key.to_owned()]);
     if key.is_empty() {
         return Err(tairlock::Error::new(
@@ -336,6 +376,16 @@ pub async fn legacy<S: WatchStore>(store: S, key: &str) -> tairlock::Result<Unlo
                 String::from_utf8_lossy(&value)
             )));
         }
+        if let Some(expected) = expected
+            && expected.as_bytes() != value.as_slice()
+        {
+            con.unwatch().await?;
+            return Ok(report.refused(format!(
+                "the key holds {:?} now, not {expected:?}: the lock was taken or renewed since; \
+                 nothing deleted",
+                String::from_utf8_lossy(&value)
+            )));
+        }
         if con
             .exec(&[TxOp::Del {
                 key: key.to_owned(),
@@ -368,6 +418,11 @@ pub struct UnlockArgs {
     /// holds a bare timestamp.
     #[arg(long)]
     legacy: bool,
+    /// Only if the lock still holds exactly VALUE: an expire lock's lease (tl1:…) or a legacy
+    /// key's timestamp, as `tairlock inspect` or `tairlock scan --stuck` showed it. A lock
+    /// taken or renewed since holds another value and is refused (exit 5), not deleted.
+    #[arg(long, value_name = "VALUE", conflicts_with = "rw")]
+    if_value: Option<String>,
 }
 
 /// `tairlock unlock --force`, on a connected store.
@@ -376,6 +431,8 @@ struct UnlockJob {
     keyspace: Option<Keyspace>,
     name: String,
     rw: bool,
+    /// `--if-value`: a legacy key's timestamp, or the expire lock's lease.
+    if_value: Option<String>,
 }
 
 impl StoreJob for UnlockJob {
@@ -383,8 +440,11 @@ impl StoreJob for UnlockJob {
 
     async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<UnlockReport> {
         let Some(keyspace) = self.keyspace else {
-            return legacy(store, &self.name).await;
+            return legacy(store, &self.name, self.if_value.as_deref()).await;
         };
+        if let Some(lease) = self.if_value.as_deref().and_then(Lease::parse) {
+            return expire_if(store, keyspace, &self.name, &lease).await;
+        }
         if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
             rw(store, keyspace, &self.name).await
         } else {
@@ -400,6 +460,7 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         key,
         rw,
         legacy,
+        if_value,
     } = args;
     if !force {
         return usage("unlock deletes a lock whoever holds it; pass --force to confirm");
@@ -412,18 +473,42 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         if key.key.is_empty() {
             return usage("the lock key is empty");
         }
+        if if_value
+            .as_deref()
+            .is_some_and(|v| parse_value(v.as_bytes()).is_none())
+        {
+            return usage(
+                "--if-value of a legacy lock is its timestamp: a decimal integer, as inspect shows it",
+            );
+        }
         UnlockJob {
             keyspace: None,
             name: key.key.clone(),
             rw: false,
+            if_value,
         }
     } else {
         let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
+        if named_rw && if_value.is_some() {
+            return usage(
+                "--if-value names an expire lock's lease or a legacy timestamp, not a reader/writer lock",
+            );
+        }
+        if if_value
+            .as_deref()
+            .is_some_and(|v| Lease::parse(v).is_none())
+        {
+            return usage(
+                "--if-value of an expire lock is its lease (tl1:<expiry ms>:<fence>:<nonce>), as \
+                 inspect shows it; for a legacy key add --legacy",
+            );
+        }
         match keyspace_of(prefix, &name) {
             Ok(keyspace) => UnlockJob {
                 keyspace: Some(keyspace),
                 name,
                 rw: rw || named_rw,
+                if_value,
             },
             Err(e) => return usage(e),
         }

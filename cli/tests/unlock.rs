@@ -315,6 +315,7 @@ fn help_lists_every_exit_code_by_name() {
         (3, "no-flaw-shown"),
         (4, "store"),
         (5, "refused"),
+        (6, "stuck"),
         (69, "run-store"),
         (71, "run-internal"),
         (75, "not-acquired"),

@@ -27,6 +27,11 @@ cargo check -p tairlock-cli --no-default-features
 if rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-gnu; then
     cargo check -p tairlock-cli --no-default-features --target x86_64-pc-windows-gnu
 fi
+# The CLI on macOS (`run` included: the BSDs share its code), when that target is installed;
+# without `tls`, as above.
+if rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
+    cargo check -p tairlock-cli --no-default-features --target x86_64-apple-darwin
+fi
 # The examples compile (they run in `tests/examples.rs`).
 cargo build --examples -p tairlock
 # The crates as published: each package holds exactly the files it should (its sources with their

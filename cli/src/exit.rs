@@ -30,13 +30,19 @@ pub enum Exit {
     /// `run`: the lease was lost while the command ran, the release found it gone or taken, or
     /// renewals failed and the command was stopped before the lease ran out.
     LeaseLost = 76,
-    /// `run`: the command could not be started.
+    /// `run`: tairlock itself failed before the command ran (a channel to its supervisor, the
+    /// supervisor, signal handlers could not be set up: `EX_OSERR`); the command did not run.
+    RunInternal = 71,
+    /// `run`: the command was found but could not be executed (not executable, not a program,
+    /// a directory), as a shell reports it.
+    NotExecutable = 126,
+    /// `run`: the command was not found, as a shell reports it.
     Spawn = 127,
 }
 
 impl Exit {
     /// Every code, in order.
-    pub const ALL: [Exit; 11] = [
+    pub const ALL: [Exit; 13] = [
         Exit::Ok,
         Exit::Broken,
         Exit::Usage,
@@ -45,8 +51,10 @@ impl Exit {
         Exit::Refused,
         Exit::Stuck,
         Exit::RunStore,
+        Exit::RunInternal,
         Exit::NotAcquired,
         Exit::LeaseLost,
+        Exit::NotExecutable,
         Exit::Spawn,
     ];
 
@@ -68,6 +76,8 @@ impl Exit {
             Exit::RunStore => "run-store",
             Exit::NotAcquired => "not-acquired",
             Exit::LeaseLost => "lease-lost",
+            Exit::RunInternal => "run-internal",
+            Exit::NotExecutable => "not-executable",
             Exit::Spawn => "spawn",
         }
     }
@@ -88,7 +98,9 @@ impl Exit {
             Exit::RunStore => "run: store unreachable, or it refused the lock",
             Exit::NotAcquired => "run: lock not acquired within --wait",
             Exit::LeaseLost => "run: lease lost (command stopped, or the release found it gone)",
-            Exit::Spawn => "run: the command could not be started",
+            Exit::RunInternal => "run: tairlock could not set up the supervision; CMD did not run",
+            Exit::NotExecutable => "run: CMD found but not executable",
+            Exit::Spawn => "run: CMD not found",
         }
     }
 
@@ -122,7 +134,9 @@ impl From<Exit> for u8 {
 
 /// Print a usage error and return its code.
 pub fn usage(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("tairlock: {message}");
+    use std::io::Write as _;
+    // A broken standard error must not turn a usage error into a panic.
+    let _ = writeln!(std::io::stderr(), "tairlock: {message}");
     Exit::Usage.into()
 }
 

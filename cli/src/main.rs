@@ -15,7 +15,7 @@ use tairlock_cli::inspect::InspectArgs;
 use tairlock_cli::race_cmd::RaceArgs;
 #[cfg(unix)]
 use tairlock_cli::run;
-use tairlock_cli::run_args::{RunArgs, SuperviseArgs};
+use tairlock_cli::run_args::{ExecArgs, RunArgs, SuperviseArgs};
 use tairlock_cli::scan::ScanArgs;
 use tairlock_cli::unlock::UnlockArgs;
 use tairlock_cli::{bench_cmd, inspect, race_cmd, scan, unlock};
@@ -48,16 +48,22 @@ enum Command {
     /// legacy SETNX/GETSET key (--legacy, or detected), its timestamp, the expiry it encodes by
     /// the server's clock, the key's TTL and the last fencing token.
     Inspect(InspectArgs),
-    /// Run a command while holding a lock (watchdog on), in a process group of its own; the group
-    /// is stopped if the lease is lost, or before it runs out when renewals fail, and killed if
-    /// tairlock dies. The lock is an expire lock (optionally --fair), a reader/writer lock's read
-    /// or write side (--read, --write), or a legacy SETNX/GETSET key (--legacy). Exit codes: the
-    /// command's; 75 not acquired within --wait; 76 lease lost; 69 store error; 127 command not
-    /// started.
+    /// Run a command while holding a lock (watchdog on): no process it starts runs past the
+    /// lease's deadline. A supervisor in a group of its own stops everything the command started
+    /// (whatever group or session it moved to, on Linux) if the lease is lost, before the lease
+    /// runs out when renewals fail, when tairlock is stopped, and kills it if tairlock dies; the
+    /// lock is held while any of it lives. The lock is an expire lock (optionally --fair), a
+    /// reader/writer lock's read or write side (--read, --write), a semaphore's permit
+    /// (--permits), or a legacy SETNX/GETSET key (--legacy). Exit codes: the command's; 75 not
+    /// acquired within --wait; 76 lease lost; 69 store error; 71 supervision not set up; 126
+    /// command not executable; 127 command not found.
     Run(RunArgs),
     /// Internal: the supervisor `tairlock run` starts its command under (see `run.rs`).
     #[command(name = "__supervise", hide = true)]
     Supervise(SuperviseArgs),
+    /// Internal: how the supervisor starts the command (see `run/supervisor.rs`).
+    #[command(name = "__exec", hide = true)]
+    Exec(ExecArgs),
     /// Delete a lock whoever holds it: an expire lock, a reader/writer lock (--rw, or detected:
     /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
     /// that holds anything but one of our locks (exit 5).
@@ -89,8 +95,12 @@ fn main() -> ExitCode {
         Command::Run(args) => run::job::command(args),
         #[cfg(unix)]
         Command::Supervise(args) => run::job::supervise(args),
+        #[cfg(unix)]
+        Command::Exec(args) => run::job::exec(args),
         #[cfg(not(unix))]
-        Command::Run(_) | Command::Supervise(_) => tairlock_cli::run_args::not_supported(),
+        Command::Run(_) | Command::Supervise(_) | Command::Exec(_) => {
+            tairlock_cli::run_args::not_supported()
+        }
         Command::Unlock(args) => unlock::command(args),
         Command::Scan(args) => scan::command(args),
     }

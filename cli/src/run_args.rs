@@ -2,6 +2,7 @@
 //! under. They exist on every platform, so that `tairlock --help` is the same everywhere; the
 //! command itself is Unix only (`run::job`), and elsewhere `not_supported` says so.
 
+use std::ffi::OsString;
 #[cfg(not(unix))]
 use std::process::ExitCode;
 use std::time::Duration;
@@ -80,9 +81,9 @@ pub struct RunArgs {
     /// With --fair, they wait in the semaphore's queue on the server, first come, first served.
     #[arg(long, value_name = "N", conflicts_with_all = ["read", "write", "legacy"])]
     pub(crate) permits: Option<u32>,
-    /// The command to run, after `--`.
-    #[arg(last = true, required = true)]
-    pub(crate) command: Vec<String>,
+    /// The command to run, after `--` (its arguments are passed on as given, in any encoding).
+    #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
+    pub(crate) command: Vec<OsString>,
 }
 
 /// `--preference`.
@@ -116,17 +117,37 @@ pub enum LegacyKindArg {
     Getset,
 }
 
-/// `tairlock __supervise LIFELINE_FD HOME_PGID -- CMD ARGS…` (started by `tairlock run` only).
+/// `tairlock __supervise STDIN_FD HOME_PGID GRACE_NS [--foreground] -- CMD ARGS…` (started by
+/// `tairlock run` only, with its end of the lifeline as standard input).
 #[derive(Args, Debug)]
 #[cfg_attr(not(unix), allow(dead_code))]
 pub struct SuperviseArgs {
-    /// The inherited read end of the lifeline pipe.
-    pub(crate) lifeline: i32,
-    /// `tairlock run`'s process group, joined once the command has started.
+    /// The descriptor under which `tairlock run`'s standard input is inherited: the supervisor
+    /// moves it back to 0 before it starts the command.
+    pub(crate) stdin: i32,
+    /// `tairlock run`'s process group (stopped with the command's on a terminal's stop).
     pub(crate) home: i32,
+    /// `--grace`, in nanoseconds.
+    pub(crate) grace_ns: u64,
+    /// Give the command's group the terminal's foreground (`tairlock run` has it, alone).
+    #[arg(long)]
+    pub(crate) foreground: bool,
     /// The command to run, after `--`.
-    #[arg(last = true, required = true)]
-    pub(crate) command: Vec<String>,
+    #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `tairlock __exec [--foreground HOME_PGID] -- CMD ARGS…` (started by the supervisor only):
+/// becomes the command, once its group has the terminal and its signal mask is cleared.
+#[derive(Args, Debug)]
+#[cfg_attr(not(unix), allow(dead_code))]
+pub struct ExecArgs {
+    /// Take the terminal's foreground for this process's group if this group has it.
+    #[arg(long, value_name = "PGID")]
+    pub(crate) foreground: Option<i32>,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_parser = clap::value_parser!(OsString))]
+    pub(crate) command: Vec<OsString>,
 }
 
 /// `tairlock run` elsewhere than on Unix.

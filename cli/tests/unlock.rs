@@ -317,8 +317,10 @@ fn help_lists_every_exit_code_by_name() {
         (5, "refused"),
         (6, "stuck"),
         (69, "run-store"),
+        (71, "run-internal"),
         (75, "not-acquired"),
         (76, "lease-lost"),
+        (126, "not-executable"),
         (127, "spawn"),
     ] {
         assert!(

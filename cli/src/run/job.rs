@@ -12,7 +12,7 @@ use tairlock_legacy::WatchStore;
 use crate::exit::{Exit, usage};
 use crate::flags::keyspace_of;
 use crate::run;
-use crate::run_args::{LegacyKindArg, PreferenceArg, RunArgs, SuperviseArgs, UnitArg};
+use crate::run_args::{ExecArgs, LegacyKindArg, PreferenceArg, RunArgs, SuperviseArgs, UnitArg};
 use crate::target::StoreJob;
 
 /// What `tairlock run` holds, from its flags.
@@ -97,16 +97,17 @@ impl StoreJob for RunJob {
                 let lock = match legacy_lock(store, options, kind).await {
                     Ok(lock) => lock,
                     Err(e) => {
-                        eprintln!("tairlock run: {e}");
+                        say!("{e}");
                         return Ok(run::EXIT_STORE);
                     }
                 };
                 let locker = run::legacy::LegacyLocker::new(lock, ttl);
                 if locker.strategy() == tairlock_legacy::Strategy::GetSet {
-                    eprintln!(
-                        "tairlock run: the getset kind cannot renew its lock: {} is stopped at \
-                         --ttl ({ttl:?}) less --grace ({:?}) if it still runs",
-                        spec.command[0], spec.grace
+                    say!(
+                        "the getset kind cannot renew its lock: {} is stopped at --ttl ({ttl:?}) \
+                         less --grace ({:?}) if it still runs",
+                        spec.command[0].to_string_lossy(),
+                        spec.grace
                     );
                 }
                 run::run(&locker, &spec).await
@@ -220,8 +221,8 @@ pub fn command(args: RunArgs) -> ExitCode {
     };
     // Before the runtime starts its threads, so that they all inherit the mask.
     if let Err(e) = run::block_background_stops() {
-        eprintln!("tairlock run: cannot block SIGTTOU: {e}");
-        return Exit::Usage.into();
+        say!("cannot block SIGTTOU: {e}");
+        return Exit::RunInternal.into();
     }
     let job = RunJob {
         kind,
@@ -235,7 +236,7 @@ pub fn command(args: RunArgs) -> ExitCode {
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let code = rt.block_on(target.on(job)).unwrap_or_else(|e| {
-        eprintln!("tairlock run: {e}");
+        say!("{e}");
         run::EXIT_STORE
     });
     ExitCode::from(code)
@@ -243,9 +244,19 @@ pub fn command(args: RunArgs) -> ExitCode {
 
 /// Run the hidden `tairlock __supervise` mode (see [`supervise`](crate::run::supervise)).
 pub fn supervise(args: SuperviseArgs) -> ExitCode {
-    ExitCode::from(run::supervise(
-        args.lifeline,
-        nix::unistd::Pid::from_raw(args.home),
+    ExitCode::from(run::supervise(&run::Supervise {
+        stdin: args.stdin,
+        home: nix::unistd::Pid::from_raw(args.home),
+        grace: Duration::from_nanos(args.grace_ns),
+        foreground: args.foreground,
+        command: &args.command,
+    }))
+}
+
+/// Run the hidden `tairlock __exec` mode (see [`exec`](crate::run::exec)).
+pub fn exec(args: ExecArgs) -> ExitCode {
+    ExitCode::from(run::exec(
+        args.foreground.map(nix::unistd::Pid::from_raw),
         &args.command,
     ))
 }

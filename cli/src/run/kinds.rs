@@ -34,6 +34,9 @@ pub trait Hold: Send + Sync {
     fn is_lost(&self) -> bool;
     /// Resolves once the lease is lost. Cancel safe.
     fn lost(&self) -> impl Future<Output = ()> + Send;
+    /// Renew now, for the kinds that can be asked to (`true`: renewed). The others, and a
+    /// renewal that failed, leave it to the watchdog.
+    fn renew(&self) -> impl Future<Output = bool> + Send;
     /// Stop renewing and give the lease back.
     fn release(self) -> impl Future<Output = Released> + Send;
 }
@@ -61,6 +64,8 @@ pub trait Guard: Send + Sync {
     fn is_lost(&self) -> bool;
     /// Resolves once the lease is lost. Cancel safe.
     fn lost(&self) -> impl Future<Output = ()> + Send;
+    /// Renew now to `ttl` if this kind's guard can be asked to (`true`: renewed).
+    fn renew(&self, ttl: Duration) -> impl Future<Output = bool> + Send;
     /// Stop renewing and give the lease back.
     fn release(self) -> impl Future<Output = Released> + Send;
 }
@@ -70,6 +75,8 @@ pub trait Guard: Send + Sync {
 pub struct Held<G> {
     guard: G,
     key: String,
+    /// The watchdog's lease, for a renewal asked for now.
+    ttl: Duration,
 }
 
 impl<G: Guard> Hold for Held<G> {
@@ -91,6 +98,10 @@ impl<G: Guard> Hold for Held<G> {
 
     async fn lost(&self) {
         self.guard.lost().await;
+    }
+
+    async fn renew(&self) -> bool {
+        self.guard.renew(self.ttl).await
     }
 
     async fn release(self) -> Released {
@@ -141,7 +152,8 @@ impl<S: Store> Locker for ExpireLock<S> {
                 guard.renew(lease).await?;
             }
         }
-        Ok(guard.map(|guard| Held { guard, key }))
+        let ttl = self.options().watchdog_lease;
+        Ok(guard.map(|guard| Held { guard, key, ttl }))
     }
 }
 
@@ -160,6 +172,10 @@ impl<S: Store> Guard for LockGuard<S> {
 
     async fn lost(&self) {
         LockGuard::lost(self).await;
+    }
+
+    async fn renew(&self, ttl: Duration) -> bool {
+        LockGuard::renew(self, ttl).await.is_ok()
     }
 
     async fn release(self) -> Released {
@@ -217,6 +233,7 @@ impl<S: Store> Locker for RwLocker<S> {
                 guard.map(|g| Held {
                     guard: RwGuard::Read(g),
                     key: keys.readers,
+                    ttl: locks.options().watchdog_lease,
                 })
             }
             Side::Write => {
@@ -228,6 +245,7 @@ impl<S: Store> Locker for RwLocker<S> {
                 guard.map(|g| Held {
                     guard: RwGuard::Write(g),
                     key: keys.writer,
+                    ttl: locks.options().watchdog_lease,
                 })
             }
         })
@@ -262,6 +280,11 @@ impl<S: Store> Guard for RwGuard<S> {
             RwGuard::Read(guard) => guard.lost().await,
             RwGuard::Write(guard) => guard.lost().await,
         }
+    }
+
+    /// The reader/writer guards renew through their watchdog only.
+    async fn renew(&self, _ttl: Duration) -> bool {
+        false
     }
 
     async fn release(self) -> Released {
@@ -307,7 +330,8 @@ impl<S: Store> Locker for Permits<S> {
             Some(wait) if wait.is_zero() => sem.try_acquire(name, permits).await?,
             Some(wait) => sem.try_acquire_for(name, permits, wait).await?,
         };
-        Ok(guard.map(|guard| Held { guard, key }))
+        let ttl = sem.options().watchdog_lease;
+        Ok(guard.map(|guard| Held { guard, key, ttl }))
     }
 }
 
@@ -326,6 +350,10 @@ impl<S: Store> Guard for PermitGuard<S> {
 
     async fn lost(&self) {
         PermitGuard::lost(self).await;
+    }
+
+    async fn renew(&self, ttl: Duration) -> bool {
+        PermitGuard::renew(self, ttl).await.is_ok()
     }
 
     async fn release(self) -> Released {

@@ -241,6 +241,12 @@ impl<S: WatchStore> Hold for LegacyHold<S> {
         }
     }
 
+    /// Only the watchdog renews a legacy lease: a renewal of its own beside the watchdog's
+    /// would present a value the other may just have replaced, and read as another holder's.
+    async fn renew(&self) -> bool {
+        false
+    }
+
     async fn release(mut self) -> Released {
         if let Some(watchdog) = self.watchdog.take() {
             self.stop.notify_one();

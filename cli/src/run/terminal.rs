@@ -1,4 +1,5 @@
-//! Handing the terminal's foreground to the command's process group, and taking it back.
+//! The terminal's foreground: whether the command's process group is to have it, handing it
+//! over, and taking it back.
 
 use std::io::IsTerminal;
 use std::os::fd::{AsFd, OwnedFd};
@@ -11,8 +12,7 @@ use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
 /// Once the command's group has the terminal, tairlock is in the background: with SIGTTOU
 /// blocked, its messages are written even if the terminal has `tostop` set, and taking the
 /// foreground back succeeds instead of stopping tairlock. Call it before the runtime starts its
-/// threads. A blocked signal stays blocked across `exec`: the supervisor clears the mask before
-/// it starts the command.
+/// threads. A child started through `std::process::Command` starts with an empty mask.
 ///
 /// # Errors
 ///
@@ -22,15 +22,6 @@ pub fn block_background_stops() -> nix::Result<()> {
     set.add(Signal::SIGTTOU);
     set.add(Signal::SIGTTIN);
     set.thread_block()
-}
-
-/// The terminal whose foreground the command's group was given; [`restore`](Self::restore)
-/// hands it back.
-#[derive(Debug)]
-pub(crate) struct Foreground {
-    terminal: OwnedFd,
-    ours: Pid,
-    group: Pid,
 }
 
 /// A descriptor of the first of stdin, stdout and stderr that is a terminal.
@@ -49,7 +40,8 @@ pub(crate) fn terminal() -> Option<OwnedFd> {
 
 /// Whether a process other than this one is in this process's group (e.g. `less` in
 /// `tairlock run … | less`): taking the foreground from it would stop it at its next terminal
-/// read. Read from `/proc` on Linux; elsewhere assumed not.
+/// read. Read from `/proc` on Linux. Elsewhere, a pipeline is recognised by its pipes: the
+/// group is taken as shared unless standard input and output are both the terminal.
 fn group_shared() -> bool {
     #[cfg(target_os = "linux")]
     {
@@ -62,48 +54,31 @@ fn group_shared() -> bool {
             let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
                 return false;
             };
-            // Field 5 of `stat`, after the parenthesised command name.
             pid != me
-                && std::fs::read_to_string(entry.path().join("stat"))
-                    .ok()
-                    .and_then(|stat| {
-                        let (_, rest) = stat.rsplit_once(") ")?;
-                        rest.split(' ').nth(2)?.parse::<i32>().ok()
-                    })
-                    == Some(ours)
+                && super::tree::stat(Pid::from_raw(pid as i32))
+                    .is_some_and(|(_, _, pgid)| pgid.as_raw() == ours)
         })
     }
     #[cfg(not(target_os = "linux"))]
     {
-        false
+        !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal())
     }
 }
 
-impl Foreground {
-    /// If tairlock's group is the foreground group of its terminal, and tairlock is alone in it,
-    /// make `group` the foreground group instead; `None` when tairlock has no terminal, runs in
-    /// its background, or shares its group (a pipeline: the command then runs in the
-    /// background, and Ctrl-C reaches it through tairlock).
-    pub(crate) fn hand_to(group: Pid) -> Option<Foreground> {
-        let terminal = terminal()?;
-        let ours = getpgrp();
-        if tcgetpgrp(&terminal).ok()? != ours || group_shared() {
-            return None;
-        }
-        tcsetpgrp(&terminal, group).ok()?;
-        Some(Foreground {
-            terminal,
-            ours,
-            group,
-        })
-    }
+/// Whether the command's group is to have the terminal's foreground: tairlock's group has it,
+/// and tairlock is alone in its group. Not in a pipeline (the command then runs in the
+/// background of the terminal, and Ctrl-C reaches it through tairlock), nor without a terminal.
+pub(crate) fn foreground_is_ours() -> bool {
+    terminal().is_some_and(|terminal| foreground_is(&terminal, getpgrp())) && !group_shared()
+}
 
-    /// Give the foreground back to tairlock's group (SIGTTOU is blocked, see
-    /// [`block_background_stops`]) if the command's group still has it (after Ctrl-Z and `bg`,
-    /// the shell has it, and keeps it).
-    pub(crate) fn restore(self) {
-        if tcgetpgrp(&self.terminal) == Ok(self.group) {
-            let _ = tcsetpgrp(&self.terminal, self.ours);
-        }
-    }
+/// Whether `group` is the terminal's foreground group.
+pub(crate) fn foreground_is(terminal: &OwnedFd, group: Pid) -> bool {
+    tcgetpgrp(terminal) == Ok(group)
+}
+
+/// Give the terminal's foreground to `to` if `from` has it (the caller blocks SIGTTOU: a
+/// background group may then set it). Returns whether it did.
+pub(crate) fn hand(terminal: &OwnedFd, from: Pid, to: Pid) -> bool {
+    foreground_is(terminal, from) && tcsetpgrp(terminal, to).is_ok()
 }

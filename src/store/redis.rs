@@ -263,7 +263,9 @@ impl Store for RedisStore {
             .await;
             match released {
                 super::native::Outcome::Deleted => return Ok(Reply::Int(1)),
-                super::native::Outcome::Unanswered(e) => return self.after(Err(e)).await,
+                super::native::Outcome::Unanswered(e) | super::native::Outcome::Transient(e) => {
+                    return self.after(Err(e)).await;
+                }
                 super::native::Outcome::Script => {}
             }
         }

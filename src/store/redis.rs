@@ -290,9 +290,14 @@ impl Store for RedisStore {
                         return crate::notify::Notifier::redis_resolved(
                             sentinel.resolver(&self.link),
                             timeouts,
+                            self.runtime(),
                         );
                     }
-                    crate::notify::Notifier::redis(vec![self.link().client.clone()], timeouts)
+                    crate::notify::Notifier::redis(
+                        vec![self.link().client.clone()],
+                        timeouts,
+                        self.runtime(),
+                    )
                 })
                 .await
                 .clone(),

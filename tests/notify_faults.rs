@@ -19,11 +19,13 @@
 //!   once made, subscribes only the watched channels, in batches.
 //! - The subscriber runs on the store's runtime, and is started again if it is gone: a runtime
 //!   that first needed notifications and then shut down leaves nothing pending forever.
+//! - A fair waiter that waits for its subscription keeps its place: it refreshes it meanwhile.
 //! - The sharded subscriber probes its node connections: one the network silences is noticed,
 //!   and its shard's channels are subscribed again.
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::RedisServer;
@@ -32,7 +34,7 @@ use support::proxy::{Proxy, Which};
 use tairlock::notify::{Notifier, PubSub, SUBSCRIBE_BATCH, Watch};
 use tairlock::store::ClusterOptions;
 use tairlock::store::redis::RedisOptions;
-use tairlock::{ClusterStore, ExpireLock, RedisStore, Store, Unlock};
+use tairlock::{ClusterStore, ExpireLock, Options, RedisStore, Store, Unlock};
 
 /// `calls=` of one line of `INFO commandstats`, 0 when the command was never called.
 fn calls(server: &RedisServer, command: &str) -> u64 {
@@ -709,6 +711,60 @@ fn a_notifier_whose_task_is_gone_starts_it_again() {
         locks
     };
     notifications_still_work(&rt, &server, &locks, held);
+}
+
+/// A fair waiter queued by its first busy attempt then waits for its subscription; on a pub/sub
+/// connection that does not come through, it used to wait up to the subscribe limit (2 s)
+/// without refreshing its place, which lapsed meanwhile (waiter lease 900 ms here): a waiter
+/// that came after it got the lock first. It refreshes its place while it waits now, and keeps
+/// its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_keeps_its_place_while_its_subscription_is_slow() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let fair = || {
+        Options::default()
+            .fair(true)
+            .waiter_lease(Duration::from_millis(900))
+    };
+    // The first waiter's data connection goes through; its pub/sub connection never answers.
+    let slow = ExpireLock::with_options(proxy.store().await, fair());
+    proxy.stall_new_connections(true);
+    let holder = ExpireLock::with_options(server.store().await, fair());
+    let later = ExpireLock::with_options(server.store().await, fair());
+    let held = holder
+        .lock_with_lease("turn", Duration::from_secs(30), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let waiter = |locks: ExpireLock<RedisStore>, who: &'static str| {
+        let order = order.clone();
+        tokio::spawn(async move {
+            let guard = locks.lock("turn").await.unwrap();
+            order.lock().push(who);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.release().await.unwrap();
+        })
+    };
+    let first = waiter(slow, "first");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = waiter(later, "second");
+    // Past the first waiter's lease, within the subscribe limit.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(held.release().await.unwrap(), Unlock::Released);
+    for w in [first, second] {
+        tokio::time::timeout(Duration::from_secs(20), w)
+            .await
+            .expect("a fair waiter never got the lock")
+            .unwrap();
+    }
+    assert_eq!(
+        *order.lock(),
+        ["first", "second"],
+        "the first waiter lost its place while it waited for its subscription"
+    );
+    assert!(proxy.connections().iter().any(|c| c.stalled));
 }
 
 /// The index in `cluster.nodes` of the node that serves `key`, by the ports `CLUSTER SLOTS`

@@ -1014,3 +1014,77 @@ impl Drop for Watch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_inbox_lists_each_channel_once_in_the_order_first_asked() {
+        let inbox = Inbox::default();
+        for name in ["a", "b", "a", "c", "b", "a"] {
+            inbox.push(name);
+        }
+        assert_eq!(inbox.len(), 3);
+        assert_eq!(inbox.take(2), ["a", "b"]);
+        // Taken names can be listed again.
+        inbox.push("a");
+        assert_eq!(inbox.take(usize::MAX), ["c", "a"]);
+        assert_eq!(inbox.len(), 0);
+        assert!(!inbox.take_reconnect());
+        inbox.reconnect();
+        assert!(inbox.take_reconnect());
+        assert!(!inbox.take_reconnect());
+    }
+
+    #[test]
+    fn a_linger_ends_after_the_last_time_its_channel_was_found_unwatched() {
+        let t0 = tokio::time::Instant::now();
+        let mut lingering = Lingering::default();
+        lingering.start("a", t0);
+        lingering.start("b", t0 + Duration::from_secs(1));
+        // Found unwatched again later (a watcher came and left): its linger starts again.
+        lingering.start("a", t0 + Duration::from_secs(2));
+        assert_eq!(lingering.next(), Some(t0 + LINGER));
+        assert!(
+            lingering
+                .over(t0 + LINGER - Duration::from_millis(1))
+                .is_empty()
+        );
+        assert!(lingering.over(t0 + LINGER).is_empty());
+        assert_eq!(lingering.over(t0 + LINGER + Duration::from_secs(1)), ["b"]);
+        assert_eq!(lingering.over(t0 + LINGER + Duration::from_secs(2)), ["a"]);
+        assert_eq!(lingering.next(), None);
+    }
+
+    #[test]
+    fn channels_nobody_watches_are_let_go_and_lingering_ones_kept() {
+        let hub = Hub::default();
+        let mut lingering = Lingering::default();
+        let now = tokio::time::Instant::now();
+        let watched = hub.join("watched");
+        watched.set(Sub::Pending);
+        let subscribed = hub.join("subscribed");
+        subscribed.set(Sub::Subscribed);
+        assert!(hub.leave("subscribed", true));
+        let given_up = hub.join("given-up");
+        given_up.set(Sub::Pending);
+        assert!(hub.leave("given-up", true));
+        let names = ["watched", "subscribed", "given-up", "unknown"].map(str::to_owned);
+        let todo = hub.sort(names.to_vec(), &mut lingering, now);
+        assert_eq!(
+            todo.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["watched"]
+        );
+        assert_eq!(hub.len(), 2, "the channel nobody waits for is let go");
+        assert_eq!(lingering.next(), Some(now + LINGER));
+        // Its linger over, the subscribed one is let go too, to be unsubscribed.
+        assert_eq!(
+            hub.forget_lingered(lingering.over(now + LINGER)),
+            ["subscribed"]
+        );
+        assert_eq!(hub.len(), 1);
+        hub.forget_unwatched();
+        assert_eq!(hub.len(), 1);
+    }
+}

@@ -367,15 +367,23 @@ fn pubsub_connection(proxy: &Proxy, except: Option<usize>, limit: Duration) -> O
     }
 }
 
-/// Publish `payload` on `channel` and see whether `watch` hears that very message within `wait`.
+/// Publish `payload` on `channel` and see whether `watch` hears that very message within a
+/// second (other wake-ups, such as the one after a subscription made again, do not count).
 async fn hears(server: &RedisServer, watch: &Watch, channel: &str, payload: &str) -> bool {
     let cursor = watch.cursor();
-    let woken = watch.notified();
-    let mut woken = std::pin::pin!(woken);
-    woken.as_mut().enable();
     server.cli(&["PUBLISH", channel, payload]);
-    let _ = tokio::time::timeout(Duration::from_millis(200), woken).await;
-    watch.messages_after(cursor).iter().any(|m| &**m == payload)
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let woken = watch.notified();
+        let mut woken = std::pin::pin!(woken);
+        woken.as_mut().enable();
+        if watch.messages_after(cursor).iter().any(|m| &**m == payload) {
+            return true;
+        }
+        if tokio::time::timeout_at(give_up, woken).await.is_err() {
+            return false;
+        }
+    }
 }
 
 /// A hot channel: its watcher leaves and another one comes at once, over and over, so that the

@@ -21,7 +21,8 @@
 //!   that first needed notifications and then shut down leaves nothing pending forever.
 //! - A fair waiter that waits for its subscription keeps its place: it refreshes it meanwhile.
 //! - The sharded subscriber probes its node connections: one the network silences is noticed,
-//!   and its shard's channels are subscribed again.
+//!   and its shard's channels are subscribed again. While its cluster connection cannot be made,
+//!   it stays as bounded as the classic one.
 
 mod support;
 
@@ -805,14 +806,10 @@ fn node_serving(cluster: &RedisCluster, ports: &[u16], key: &str) -> usize {
         .unwrap_or_else(|| cluster.fail(format!("slot {slot} served on unknown port {port}")))
 }
 
-/// A node connection of the sharded subscriber that a network device stops forwarding (no
-/// reset: the cluster client never learns it is gone) used to lose that shard's messages for
-/// good, its channels still marked subscribed: a waiter slept out the holder's whole lease. The
-/// subscriber now probes every master when no other round trip came for 5 response timeouts,
-/// and a silent one makes it connect again and subscribe every watched channel again. Every
-/// node announces a fault proxy in front of it, so every client connection goes through one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_node_connection_of_the_sharded_subscriber_is_noticed() {
+/// A 3-master cluster whose nodes announce a fault proxy in front of each of them
+/// (`cluster-announce-port`), so that every client connection goes through one: `proxies[i]`
+/// is node `i`'s.
+fn proxied_cluster() -> (RedisCluster, Vec<Proxy>) {
     let cluster = RedisCluster::start(3);
     let proxies: Vec<Proxy> = cluster
         .nodes
@@ -831,12 +828,13 @@ async fn a_silent_node_connection_of_the_sharded_subscriber_is_noticed() {
             "OK"
         );
     }
-    let ports: Vec<u16> = proxies.iter().map(Proxy::port).collect();
     // Every node names the proxies once the announcements have gone round.
     let give_up = Instant::now() + Duration::from_secs(20);
     while !cluster.nodes.iter().all(|node| {
         let slots = node.cli(&["CLUSTER", "SLOTS"]);
-        ports.iter().all(|p| slots.contains(&p.to_string()))
+        proxies
+            .iter()
+            .all(|p| slots.lines().any(|l| l.trim() == p.port().to_string()))
             && cluster
                 .nodes
                 .iter()
@@ -847,6 +845,19 @@ async fn a_silent_node_connection_of_the_sharded_subscriber_is_noticed() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    (cluster, proxies)
+}
+
+/// A node connection of the sharded subscriber that a network device stops forwarding (no
+/// reset: the cluster client never learns it is gone) used to lose that shard's messages for
+/// good, its channels still marked subscribed: a waiter slept out the holder's whole lease. The
+/// subscriber now probes every master when no other round trip came for 5 response timeouts,
+/// and a silent one makes it connect again and subscribe every watched channel again. Every
+/// node announces a fault proxy in front of it, so every client connection goes through one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_connection_of_the_sharded_subscriber_is_noticed() {
+    let (cluster, proxies) = proxied_cluster();
+    let ports: Vec<u16> = proxies.iter().map(Proxy::port).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let mut options = ClusterOptions::default();
     // The probe runs every 5 response timeouts: 2.5 s here.
@@ -883,4 +894,110 @@ async fn a_silent_node_connection_of_the_sharded_subscriber_is_noticed() {
         "took {took:?} of a 30 s lease: the silent node connection went unnoticed"
     );
     guard.release().await.unwrap();
+}
+
+/// The sharded subscriber while its cluster connection cannot be made (every node's proxy
+/// stalls new connections; the stores' own connections were made before): many distinct names
+/// contended meanwhile leave only the watched channels registered and nothing in the backlog
+/// (the sharded subscriber used to spawn one task per request, each waiting for the connection,
+/// and to keep every channel for its 3 s linger), and once the network lets connections through,
+/// exactly the watched channels are subscribed, each on its shard, and deliver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_keeps_the_sharded_subscriber_bounded() {
+    const WATCHED: usize = 2 * SUBSCRIBE_BATCH + 10;
+    const CONTENDED: usize = 600;
+    let (cluster, proxies) = proxied_cluster();
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let store = ClusterStore::connect(&urls).await.unwrap();
+    assert_eq!(store.pubsub(), PubSub::Sharded);
+    let locks = ExpireLock::new(store.clone());
+    let holder = ExpireLock::new(ClusterStore::connect(&urls).await.unwrap());
+    let names = |prefix: &'static str, n: usize| (0..n).map(move |i| format!("{prefix}{i}"));
+    let mut held = Vec::new();
+    for name in names("watched-", WATCHED).chain(names("contended-", CONTENDED)) {
+        held.push(
+            holder
+                .lock_with_lease(&name, Duration::from_secs(120), None)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    for proxy in &proxies {
+        proxy.stall_new_connections(true);
+    }
+    let waiters: Vec<_> = names("watched-", WATCHED)
+        .map(|name| {
+            let locks = locks.clone();
+            tokio::spawn(async move { locks.lock(&name).await })
+        })
+        .collect();
+    let contended: Vec<String> = names("contended-", CONTENDED).collect();
+    for batch in contended.chunks(200) {
+        let tries = batch
+            .iter()
+            .map(|name| locks.try_lock_for(name, Duration::from_millis(60)));
+        for got in futures_util::future::join_all(tries).await {
+            assert!(got.unwrap().is_none());
+        }
+    }
+    let notifier = store.notifier().await.expect("a notifier");
+    // Well within the 3 s linger: the channels of the waiters that gave up are let go at once.
+    let settled = Instant::now() + Duration::from_secs(1);
+    while (notifier.channels() > WATCHED || notifier.backlog() > 0) && Instant::now() < settled {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "cluster unreachable for the subscriber; {CONTENDED} names contended: the notifier keeps \
+         {} channels, backlog {}",
+        notifier.channels(),
+        notifier.backlog()
+    );
+    assert_eq!(notifier.channels(), WATCHED);
+    assert_eq!(notifier.backlog(), 0);
+
+    for proxy in &proxies {
+        proxy.stall_new_connections(false);
+    }
+    let mut expected: Vec<String> = names("watched-", WATCHED)
+        .map(|name| locks.keys(&name).unwrap().channel)
+        .collect();
+    expected.sort();
+    let subscribed = || {
+        let mut all: Vec<String> = cluster
+            .nodes
+            .iter()
+            .flat_map(|node| {
+                let listed = node.cli(&["PUBSUB", "SHARDCHANNELS", "tairlock:*"]);
+                listed
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while subscribed() != expected && Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        subscribed(),
+        expected,
+        "subscribed after the outage: not the watched channels"
+    );
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    for waiter in waiters {
+        let guard = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("a waiter missed its release")
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+    }
 }

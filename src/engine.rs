@@ -442,10 +442,11 @@ async fn acquire_observed<K: Kind>(
         armed: false,
     };
     let mut transient = Transient::new();
-    // Whether this acquire has waited for its subscription once already: a waiter waits for it
-    // at most once (bounded by its patience and the subscribe limit), then polls until the
-    // subscription comes through in the background.
+    // Whether this acquire is done waiting for its subscription: a waiter waits for it from its
+    // first busy answer until `subscription_by` at most (its patience and the subscribe limit),
+    // then polls until the subscription comes through in the background.
     let mut waited_for_subscription = false;
+    let mut subscription_by = None;
     let mut subscribe = false;
     // When the first attempt started (it gets at least `MIN_ATTEMPT`); `None` after it.
     let mut first_attempt = Some(Instant::now());
@@ -462,9 +463,18 @@ async fn acquire_observed<K: Kind>(
                     .await
                     .map(|n| n.register(channel));
             }
-            if let Some(w) = &watch {
-                w.subscribed_by(deadline).await;
-            }
+            // Refresh while waiting (issue 26): a queued waiter's place, and a grant made to
+            // it, lapse unless it attempts within the kind's refresh interval, so it waits for
+            // the subscription in slices of that interval and attempts between them.
+            let by = *subscription_by.get_or_insert_with(|| crate::notify::bound(deadline));
+            let slice = kind
+                .refresh_every()
+                .map_or(by, |every| by.min(Instant::now() + every));
+            let last = slice >= by && deadline.is_none_or(|d| d > by);
+            waited_for_subscription = match &watch {
+                Some(w) => w.subscribed_until(slice, last).await.is_some() || slice >= by,
+                None => true,
+            };
         }
         // A message counts only on a subscription confirmed before the attempt: a release
         // announced before that went unheard.
@@ -529,7 +539,6 @@ async fn acquire_observed<K: Kind>(
             return Ok(None);
         }
         if channel.is_some() && !listening && !waited_for_subscription {
-            waited_for_subscription = true;
             subscribe = true;
             continue;
         }

@@ -29,6 +29,17 @@ fn stat(server: &RedisServer, command: &str) -> u64 {
     field("calls") - field("rejected_calls")
 }
 
+/// How often `command` ran (`calls=` of `INFO commandstats`; refused calls are counted apart).
+fn ran(server: &RedisServer, command: &str) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The calls of the two paths' commands since the server started.
 fn calls(server: &RedisServer) -> (u64, u64) {
     (stat(server, "delifeq"), stat(server, "evalsha"))
@@ -380,6 +391,81 @@ async fn a_native_release_refused_later_is_sent_as_the_script() {
         stat(&server, "evalsha"),
         1 + 4,
         "[{}] the releases after the refusal were not the script",
+        server.label()
+    );
+}
+
+/// A `DELIFEQ` refused with a transient error — `READONLY` (the server was demoted in a
+/// failover) or `BUSY` (a script runs too long) — used to turn the native release off for good,
+/// as a refusal of the command would. It is returned now as the transient error it is (nothing
+/// was deleted; the caller retries), and the releases after it are `DELIFEQ` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_refusal_keeps_the_native_release() {
+    let server = RedisServer::start();
+    if !server.is_valkey() {
+        // Redis 7 has no DELIFEQ; the scripted path is covered above.
+        return;
+    }
+    let store = server.store().await;
+    store.preload(&tairlock::scripts::ALL).await.unwrap();
+    let locks = ExpireLock::new(store);
+    let key = locks.keys("job").unwrap().lock;
+
+    // Demoted: a replica of a master it cannot reach keeps its data and refuses writes.
+    let lease = acquired(locks.expire_lock("job", LONG).await.unwrap());
+    assert_eq!(server.cli(&["REPLICAOF", "127.0.0.1", "1"]), "OK");
+    let refused = locks.expire_unlock("job", &lease).await.unwrap_err();
+    assert_eq!(refused.code(), Some("READONLY"), "{refused}");
+    assert!(refused.is_transient(), "{refused}");
+    assert_eq!(
+        server.cli(&["EXISTS", &key]),
+        "1",
+        "a refused release deleted"
+    );
+    assert_eq!(server.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    let before = ran(&server, "delifeq");
+    assert_eq!(
+        locks.expire_unlock("job", &lease).await.unwrap(),
+        Unlock::Released,
+        "[{}] the retry after the failover",
+        server.label()
+    );
+    assert_eq!(
+        ran(&server, "delifeq"),
+        before + 1,
+        "[{}] the release after a READONLY refusal was not DELIFEQ",
+        server.label()
+    );
+
+    // Busy: a script that runs past the busy threshold.
+    let lease = acquired(locks.expire_lock("job", LONG).await.unwrap());
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "busy-reply-threshold", "100"]),
+        "OK"
+    );
+    let port = server.port().to_string();
+    let busy = std::thread::spawn(move || {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port, "EVAL", "while true do end", "0"])
+            .output()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let refused = locks.expire_unlock("job", &lease).await.unwrap_err();
+    assert_eq!(refused.code(), Some("BUSY"), "{refused}");
+    assert!(refused.is_transient(), "{refused}");
+    assert_eq!(server.cli(&["SCRIPT", "KILL"]), "OK");
+    busy.join().unwrap().unwrap();
+    let before = ran(&server, "delifeq");
+    assert_eq!(
+        locks.expire_unlock("job", &lease).await.unwrap(),
+        Unlock::Released,
+        "[{}] the retry after the busy script",
+        server.label()
+    );
+    assert_eq!(
+        ran(&server, "delifeq"),
+        before + 1,
+        "[{}] the release after a BUSY refusal was not DELIFEQ",
         server.label()
     );
 }

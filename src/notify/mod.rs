@@ -28,10 +28,22 @@
 //!   deadline and at most [`SUBSCRIBE_LIMIT`] (so a `lock()` too), then tries again at once (a
 //!   release before the acknowledgement went unheard) and polls — jittered, never past the
 //!   holder's remaining time — until the subscription comes through. A pub/sub connection the
-//!   network stalls therefore costs a waiter at most that limit, and nobody else anything.
+//!   network stalls therefore costs a waiter at most that limit, and nobody else anything. A
+//!   waiter that holds a place on the server meanwhile (a fair waiter, a waiting writer's intent)
+//!   attempts at its refresh interval while it waits, so the place never lapses for it.
 //! - A pub/sub connection that drops, or does not answer a round trip or a keep-alive `PING`
-//!   within the store's response timeout, is made again, and every channel registered by then
-//!   (those registered during the reconnection included) is subscribed again.
+//!   within the store's response timeout, is made again, and every channel watched by then
+//!   (those registered during the reconnection included) is subscribed again, at most
+//!   [`SUBSCRIBE_BATCH`] per command. The `PING` comes whenever no other round trip was answered
+//!   for 5 response timeouts, however much work that needed none (a watcher that came back
+//!   during its channel's linger) the subscriber was given.
+//! - While the pub/sub connection cannot be made (`maxclients`, a sentinel that names no
+//!   master), a channel nobody watches any more is let go at once, and each watched channel
+//!   waits as one entry ([`Notifier::channels`], [`Notifier::backlog`]): the memory an outage
+//!   costs is bounded by the waits in progress, not by the names contended during it.
+//! - The subscriber's task runs on the store's runtime, never on whichever runtime first needed
+//!   it (which may shut down first); if it is gone anyway, the next registration starts it
+//!   again, as after a lost connection.
 //!
 //! # A user without channel permissions
 //!
@@ -53,6 +65,7 @@
 //! | the channel's slot moves to another master | the old master drops the subscription with an `sunsubscribe` push | subscribe again (routed to the new owner, following `MOVED`), then wake the watchers once, since a release during the move went unheard |
 //! | a node connection drops (a crash, a failover) | nothing reaches the client | wake every watcher now, then subscribe every watched channel again until it succeeds (a no-op where the subscription survived; on the promoted replica after a failover, routed there once the connection learns the new slot map) and wake each channel's watchers once more |
 //! | the last watcher left, 3 s ago | | `SUNSUBSCRIBE` (the confirmation is ignored: the channel is no longer registered) |
+//! | a node connection goes silent (a network device stops forwarding it, no reset) | nothing reaches the client, and the cluster client keeps the connection | every 5 response timeouts without another answered round trip, while anything is registered, `PING` every master; one that does not answer within the response timeout makes the subscriber drop its cluster connection, wake every watcher, connect again and subscribe every watched channel again |
 //!
 //! While a slot is being migrated, a release that runs on the importing node (after `ASK`)
 //! announces there, where nobody is subscribed yet: that message is lost, and its waiters fall
@@ -66,7 +79,7 @@ pub(crate) mod classic;
 #[cfg(feature = "cluster")]
 mod sharded;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -260,6 +273,186 @@ impl Hub {
             .map(|(name, ch)| (name.clone(), ch.clone()))
             .collect()
     }
+
+    /// How many channels are registered.
+    fn len(&self) -> usize {
+        self.channels.lock().len()
+    }
+
+    /// Forget every channel nobody watches: before a new connection subscribes what is
+    /// registered, so that it carries only what someone waits for.
+    fn forget_unwatched(&self) {
+        self.channels.lock().retain(|_, ch| *ch.watchers.lock() > 0);
+    }
+
+    /// Sort `names`, taken from a backend's [`Inbox`] at `now`, by what each needs: the watched
+    /// channels still to subscribe are returned; an unwatched one that is subscribed starts (or
+    /// starts again) its linger; an unwatched one that is not is forgotten at once (nothing to
+    /// take back). Everything else needs nothing.
+    fn sort(
+        &self,
+        names: Vec<String>,
+        lingering: &mut Lingering,
+        now: tokio::time::Instant,
+    ) -> Vec<(String, Arc<Channel>)> {
+        let mut subscribe = Vec::new();
+        for name in names {
+            let Some(ch) = self.get(&name) else {
+                continue;
+            };
+            let state = ch.state();
+            if *ch.watchers.lock() > 0 {
+                if state == Sub::Pending {
+                    subscribe.push((name, ch));
+                }
+            } else if state == Sub::Subscribed {
+                lingering.start(&name, now);
+            } else {
+                self.forget_if_unwatched(&name);
+            }
+        }
+        subscribe
+    }
+
+    /// Of `names`, whose linger is over, forget those still unwatched; returns the ones that
+    /// were subscribed (to take back).
+    fn forget_lingered(&self, names: Vec<String>) -> Vec<String> {
+        names
+            .into_iter()
+            .filter(|name| {
+                let subscribed = self
+                    .get(name)
+                    .is_some_and(|ch| ch.state() == Sub::Subscribed);
+                self.forget_if_unwatched(name) && subscribed
+            })
+            .collect()
+    }
+
+    /// While no connection can be made: forget those of `names` that nobody watches (the
+    /// watched ones wait, pending, for the next connection).
+    fn forget_offline(&self, names: Vec<String>) {
+        for name in names {
+            self.forget_if_unwatched(&name);
+        }
+    }
+}
+
+/// How many channels one `SUBSCRIBE` (or `UNSUBSCRIBE`) carries at most, and how many sharded
+/// subscriptions are asked for at once: a connection made again after an outage subscribes
+/// what is watched in batches of this size, each within the response timeout, rather than in
+/// one command as long as the list.
+pub const SUBSCRIBE_BATCH: usize = 100;
+
+/// Subscription work for a backend's task: the channels whose subscription may need to change,
+/// each listed at most once however often it is asked for (the task reads what each one needs
+/// from the hub when it gets to it), in the order first asked. So the work waiting for a
+/// connection that cannot be made is bounded by the channels, not by the requests.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    queue: Mutex<Queue>,
+    wake: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    order: VecDeque<String>,
+    listed: HashSet<String>,
+    /// Drop the connection and make it again (the server moved).
+    reconnect: bool,
+}
+
+impl Inbox {
+    /// List `name` (unless listed) and wake the task.
+    pub(crate) fn push(&self, name: &str) {
+        let mut queue = self.queue.lock();
+        if queue.listed.insert(name.to_owned()) {
+            queue.order.push_back(name.to_owned());
+        }
+        drop(queue);
+        self.wake.notify_one();
+    }
+
+    /// Take the first `at_most` listed names.
+    pub(crate) fn take(&self, at_most: usize) -> Vec<String> {
+        let mut queue = self.queue.lock();
+        let n = at_most.min(queue.order.len());
+        let names: Vec<String> = queue.order.drain(..n).collect();
+        for name in &names {
+            queue.listed.remove(name);
+        }
+        names
+    }
+
+    /// How many names are listed.
+    pub(crate) fn len(&self) -> usize {
+        self.queue.lock().order.len()
+    }
+
+    /// Ask the task to make its connection again.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) fn reconnect(&self) {
+        self.queue.lock().reconnect = true;
+        self.wake.notify_one();
+    }
+
+    /// Whether a new connection was asked for since the last call.
+    pub(crate) fn take_reconnect(&self) -> bool {
+        std::mem::take(&mut self.queue.lock().reconnect)
+    }
+
+    /// Wait until something is listed (or was listed since the last wait).
+    pub(crate) async fn listed(&self) {
+        self.wake.notified().await;
+    }
+}
+
+/// The channels a backend's task keeps subscribed after their last watcher left, each until it
+/// has been unwatched for [`LINGER`] (a watcher that came back and left again starts it
+/// again). Owned by the task, so it holds at most one entry per registered channel.
+#[derive(Debug, Default)]
+pub(crate) struct Lingering {
+    until: HashMap<String, tokio::time::Instant>,
+    order: VecDeque<(tokio::time::Instant, String)>,
+}
+
+impl Lingering {
+    /// `name` was found unwatched at `now`.
+    fn start(&mut self, name: &str, now: tokio::time::Instant) {
+        let until = now + LINGER;
+        if self.until.insert(name.to_owned(), until).is_none() {
+            self.order.push_back((until, name.to_owned()));
+        }
+    }
+
+    /// When the next linger ends.
+    pub(crate) fn next(&self) -> Option<tokio::time::Instant> {
+        self.order.front().map(|(at, _)| *at)
+    }
+
+    /// The names whose linger is over at `now`.
+    pub(crate) fn over(&mut self, now: tokio::time::Instant) -> Vec<String> {
+        let mut over = Vec::new();
+        while self.order.front().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, name)) = self.order.pop_front() else {
+                break;
+            };
+            match self.until.get(&name) {
+                Some(&until) if until > now => self.order.push_back((until, name)),
+                Some(_) => {
+                    self.until.remove(&name);
+                    over.push(name);
+                }
+                None => {}
+            }
+        }
+        over
+    }
+
+    /// Forget every linger (the connection is gone, and its subscriptions with it).
+    pub(crate) fn clear(&mut self) {
+        self.until.clear();
+        self.order.clear();
+    }
 }
 
 /// Whether the server refuses this client subscriptions (an ACL user without channel
@@ -347,7 +540,7 @@ enum Backend {
     InProcess,
     Classic(classic::ClassicSubscriber),
     #[cfg(feature = "cluster")]
-    Sharded(sharded::ShardedSubscriber),
+    Sharded(Box<sharded::ShardedSubscriber>),
 }
 
 impl Backend {
@@ -371,17 +564,38 @@ impl Backend {
         }
     }
 
+    /// Start the backend's task again if it is gone (its runtime shut down).
+    fn revive(&self) {
+        match self {
+            Backend::InProcess => {}
+            Backend::Classic(c) => c.revive(),
+            #[cfg(feature = "cluster")]
+            Backend::Sharded(s) => s.revive(),
+        }
+    }
+
     /// Whether an unwatched channel lingers (stays subscribed for [`LINGER`]).
     fn lingers(&self) -> bool {
         !matches!(self, Backend::InProcess)
     }
 
-    fn unsubscribe_later(&self, channel: &str, hub: Arc<Hub>) {
+    /// The last watcher of `channel` left (it lingers).
+    fn unsubscribe_later(&self, channel: &str) {
         match self {
             Backend::InProcess => {}
-            Backend::Classic(c) => c.unsubscribe_later(channel, hub),
+            Backend::Classic(c) => c.unsubscribe_later(channel),
             #[cfg(feature = "cluster")]
-            Backend::Sharded(s) => s.unsubscribe_later(channel, hub),
+            Backend::Sharded(s) => s.unsubscribe_later(channel),
+        }
+    }
+
+    /// How many channels wait for the backend's task.
+    fn backlog(&self) -> usize {
+        match self {
+            Backend::InProcess => 0,
+            Backend::Classic(c) => c.backlog(),
+            #[cfg(feature = "cluster")]
+            Backend::Sharded(s) => s.backlog(),
         }
     }
 }
@@ -422,24 +636,42 @@ impl Notifier {
     }
 
     /// A notifier with one dedicated classic pub/sub connection to the first of `clients` that
-    /// answers (the next one when it drops). Returns at once: the connection is made in the
-    /// background, and the first subscription waits for it.
-    pub(crate) fn redis(clients: Vec<redis::Client>, timeouts: Timeouts) -> Self {
-        Notifier::classic(classic::Clients::Fixed(clients), timeouts)
+    /// answers (the next one when it drops), served by a task on `runtime` (the store's).
+    /// Returns at once: the connection is made in the background, and the first subscription
+    /// waits for it.
+    pub(crate) fn redis(
+        clients: Vec<redis::Client>,
+        timeouts: Timeouts,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Self {
+        Notifier::classic(classic::Clients::Fixed(clients), timeouts, runtime)
     }
 
     /// A notifier with one dedicated classic pub/sub connection to the server `resolve` names,
     /// asked again before every reconnection (the current master behind Sentinel).
     #[cfg(feature = "sentinel")]
-    pub(crate) fn redis_resolved(resolve: classic::Resolver, timeouts: Timeouts) -> Self {
-        Notifier::classic(classic::Clients::Resolved(resolve), timeouts)
+    pub(crate) fn redis_resolved(
+        resolve: classic::Resolver,
+        timeouts: Timeouts,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Self {
+        Notifier::classic(classic::Clients::Resolved(resolve), timeouts, runtime)
     }
 
-    fn classic(clients: classic::Clients, timeouts: Timeouts) -> Self {
+    fn classic(
+        clients: classic::Clients,
+        timeouts: Timeouts,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Self {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
-        let subscriber =
-            classic::ClassicSubscriber::start(clients, hub.clone(), denial.clone(), timeouts);
+        let subscriber = classic::ClassicSubscriber::start(
+            clients,
+            hub.clone(),
+            denial.clone(),
+            timeouts,
+            runtime,
+        );
         Notifier {
             inner: Arc::new(Inner {
                 hub,
@@ -450,22 +682,33 @@ impl Notifier {
     }
 
     /// A notifier with sharded subscriptions through a dedicated cluster connection built by
-    /// `client` (which must speak RESP3; see [`sharded`]). Returns at once: the connection is
-    /// made in the background, and the first subscription waits for it.
+    /// `client` (which must speak RESP3; see [`sharded`]), served by a task on `runtime` (the
+    /// store's). Returns at once: the connection is made in the background, and the first
+    /// subscription waits for it.
     ///
     /// # Errors
     ///
     /// The client cannot be built (bad URLs or options).
     #[cfg(feature = "cluster")]
-    pub(crate) fn sharded(client: redis::cluster::ClusterClientBuilder) -> Result<Self> {
+    pub(crate) fn sharded(
+        client: redis::cluster::ClusterClientBuilder,
+        timeouts: Timeouts,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Self> {
         let hub = Arc::new(Hub::default());
         let denial = Arc::new(Denial::default());
-        let subscriber = sharded::ShardedSubscriber::start(client, hub.clone(), denial.clone())?;
+        let subscriber = sharded::ShardedSubscriber::start(
+            client,
+            hub.clone(),
+            denial.clone(),
+            timeouts,
+            runtime,
+        )?;
         Ok(Notifier {
             inner: Arc::new(Inner {
                 hub,
                 denial,
-                backend: Backend::Sharded(subscriber),
+                backend: Backend::Sharded(Box::new(subscriber)),
             }),
         })
     }
@@ -499,10 +742,25 @@ impl Notifier {
         self.inner.denial.denied.load(Ordering::Relaxed)
     }
 
+    /// How many channels this notifier keeps: each one watched, or subscribed and lingering
+    /// for a few seconds after its last watcher left. While the pub/sub connection cannot be
+    /// made, channels nobody watches are let go at once, so this stays bounded by the waits in
+    /// progress, however many names were contended meanwhile.
+    pub fn channels(&self) -> usize {
+        self.inner.hub.len()
+    }
+
+    /// How many channels wait for the pub/sub connection's task to subscribe or unsubscribe
+    /// them: each at most once, however often it was asked for.
+    pub fn backlog(&self) -> usize {
+        self.inner.backend.backlog()
+    }
+
     /// Start watching `channel` without waiting for the server: messages published on it wake
     /// [`Watch::notified`] once [`Watch::is_subscribed`]. The channel's first watcher asks for
     /// the subscription; [`Watch::subscribed`] waits for it.
     pub fn register(&self, channel: &str) -> Watch {
+        self.inner.backend.revive();
         let ch = self.inner.hub.join(channel);
         let watch = Watch {
             channel: ch,
@@ -517,6 +775,8 @@ impl Notifier {
     /// left, or someone else here watches it), else `None`; never asks the server anything.
     /// For the first attempt of an acquire, which subscribes only if the lock is busy.
     pub fn watching(&self, channel: &str) -> Option<Watch> {
+        // A subscription is only as good as the task that reads it.
+        self.inner.backend.revive();
         let ch = self.inner.hub.join_existing(channel, &Sub::Subscribed)?;
         Some(Watch {
             channel: ch,
@@ -579,7 +839,7 @@ pub async fn watch_release(
 }
 
 /// The bound of one wait for the notifier: `deadline`, and [`SUBSCRIBE_LIMIT`] from now.
-fn bound(deadline: Option<tokio::time::Instant>) -> tokio::time::Instant {
+pub(crate) fn bound(deadline: Option<tokio::time::Instant>) -> tokio::time::Instant {
     let limit = tokio::time::Instant::now() + SUBSCRIBE_LIMIT;
     deadline.map_or(limit, |d| d.min(limit))
 }
@@ -708,22 +968,34 @@ impl Watch {
     /// true if the channel is subscribed.
     pub async fn subscribed_by(&self, deadline: Option<tokio::time::Instant>) -> bool {
         let until = bound(deadline);
+        // Late past the limit (not merely past the caller's own deadline): the waiter polls
+        // from here on.
+        let last = deadline.is_none_or(|d| d > until);
+        self.subscribed_until(until, last).await == Some(true)
+    }
+
+    /// [`subscribed`](Self::subscribed) until `until` at most: `Some(true)` once subscribed,
+    /// `Some(false)` when the subscription failed or was refused (the waiter polls; reported),
+    /// `None` when `until` came first (reported as the fallback to polling if `last`).
+    pub(crate) async fn subscribed_until(
+        &self,
+        until: tokio::time::Instant,
+        last: bool,
+    ) -> Option<bool> {
         match tokio::time::timeout_at(until, self.subscribed()).await {
-            Ok(Ok(())) => true,
+            Ok(Ok(())) => Some(true),
             Ok(Err(e)) => {
                 crate::observe::fallback_to_polling(&self.name, &e);
-                false
+                Some(false)
             }
             Err(_) => {
-                // Late past the limit (not merely past the caller's own deadline): the waiter
-                // polls from here on.
-                if deadline.is_none_or(|d| d > until) {
+                if last {
                     crate::observe::fallback_to_polling(
                         &self.name,
                         &"the subscription was not acknowledged in time",
                     );
                 }
-                false
+                None
             }
         }
     }
@@ -738,7 +1010,81 @@ impl Drop for Watch {
     fn drop(&mut self) {
         let backend = &self.notifier.inner.backend;
         if self.notifier.inner.hub.leave(&self.name, backend.lingers()) {
-            backend.unsubscribe_later(&self.name, self.notifier.inner.hub.clone());
+            backend.unsubscribe_later(&self.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_inbox_lists_each_channel_once_in_the_order_first_asked() {
+        let inbox = Inbox::default();
+        for name in ["a", "b", "a", "c", "b", "a"] {
+            inbox.push(name);
+        }
+        assert_eq!(inbox.len(), 3);
+        assert_eq!(inbox.take(2), ["a", "b"]);
+        // Taken names can be listed again.
+        inbox.push("a");
+        assert_eq!(inbox.take(usize::MAX), ["c", "a"]);
+        assert_eq!(inbox.len(), 0);
+        assert!(!inbox.take_reconnect());
+        inbox.reconnect();
+        assert!(inbox.take_reconnect());
+        assert!(!inbox.take_reconnect());
+    }
+
+    #[test]
+    fn a_linger_ends_after_the_last_time_its_channel_was_found_unwatched() {
+        let t0 = tokio::time::Instant::now();
+        let mut lingering = Lingering::default();
+        lingering.start("a", t0);
+        lingering.start("b", t0 + Duration::from_secs(1));
+        // Found unwatched again later (a watcher came and left): its linger starts again.
+        lingering.start("a", t0 + Duration::from_secs(2));
+        assert_eq!(lingering.next(), Some(t0 + LINGER));
+        assert!(
+            lingering
+                .over(t0 + LINGER - Duration::from_millis(1))
+                .is_empty()
+        );
+        assert!(lingering.over(t0 + LINGER).is_empty());
+        assert_eq!(lingering.over(t0 + LINGER + Duration::from_secs(1)), ["b"]);
+        assert_eq!(lingering.over(t0 + LINGER + Duration::from_secs(2)), ["a"]);
+        assert_eq!(lingering.next(), None);
+    }
+
+    #[test]
+    fn channels_nobody_watches_are_let_go_and_lingering_ones_kept() {
+        let hub = Hub::default();
+        let mut lingering = Lingering::default();
+        let now = tokio::time::Instant::now();
+        let watched = hub.join("watched");
+        watched.set(Sub::Pending);
+        let subscribed = hub.join("subscribed");
+        subscribed.set(Sub::Subscribed);
+        assert!(hub.leave("subscribed", true));
+        let given_up = hub.join("given-up");
+        given_up.set(Sub::Pending);
+        assert!(hub.leave("given-up", true));
+        let names = ["watched", "subscribed", "given-up", "unknown"].map(str::to_owned);
+        let todo = hub.sort(names.to_vec(), &mut lingering, now);
+        assert_eq!(
+            todo.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["watched"]
+        );
+        assert_eq!(hub.len(), 2, "the channel nobody waits for is let go");
+        assert_eq!(lingering.next(), Some(now + LINGER));
+        // Its linger over, the subscribed one is let go too, to be unsubscribed.
+        assert_eq!(
+            hub.forget_lingered(lingering.over(now + LINGER)),
+            ["subscribed"]
+        );
+        assert_eq!(hub.len(), 1);
+        hub.forget_unwatched();
+        assert_eq!(hub.len(), 1);
     }
 }

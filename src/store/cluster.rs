@@ -411,6 +411,12 @@ impl Store for ClusterStore {
     }
 
     async fn notifier(&self) -> Option<crate::notify::Notifier> {
+        // The notifier's task runs on the store's runtime, not on whichever runtime first
+        // needed it (which may shut down first).
+        let timeouts = crate::notify::Timeouts {
+            connect: self.options.connection_timeout,
+            response: self.options.response_timeout,
+        };
         self.notifier
             .get_or_try_init(|| async {
                 if self.pubsub == PubSub::Sharded {
@@ -420,7 +426,7 @@ impl Store for ClusterStore {
                         self.options.response_timeout,
                         self.customize.as_ref(),
                     );
-                    return crate::notify::Notifier::sharded(builder);
+                    return crate::notify::Notifier::sharded(builder, timeouts, self.runtime());
                 }
                 // One classic connection, to the first seed node that answers (made in the
                 // background; the next seed when it drops).
@@ -432,11 +438,11 @@ impl Store for ClusterStore {
                 if clients.is_empty() {
                     return Err(Error::invalid("no seed URL"));
                 }
-                let timeouts = crate::notify::Timeouts {
-                    connect: self.options.connection_timeout,
-                    response: self.options.response_timeout,
-                };
-                Ok(crate::notify::Notifier::redis(clients, timeouts))
+                Ok(crate::notify::Notifier::redis(
+                    clients,
+                    timeouts,
+                    self.runtime(),
+                ))
             })
             .await
             .ok()

@@ -6,7 +6,9 @@
 //! Once per store handle (and its clones), before its first release: `COMMAND INFO DELIFEQ`.
 //! The server's own command table decides, never a version string (Valkey reports
 //! `redis_version:7.2.4`, and a server may rename or deny the command). A refused detection
-//! (`COMMAND` renamed away or denied by an ACL) or an unexpected reply means the script. When
+//! (`COMMAND` renamed away or denied by an ACL) or an unexpected reply means the script; no
+//! answer, or a transient refusal (a server loading its data, busy, in a failover), leaves it
+//! unknown, to be asked again before the next release. When
 //! `DELIFEQ` is refused later (after a failover to a server without it, or an ACL that denies it:
 //! the refusal is answered before anything runs), that release is sent as the script, and the
 //! store handle uses the script from then on.
@@ -22,6 +24,12 @@
 //! the script, so it is atomic at that moment. (Our lease cannot reappear in between: it
 //! carries a nonce that is never granted again once the lease has ended.) So a release of a held
 //! lock is one `DELIFEQ`; the rare releases that find something else cost a second round trip.
+//!
+//! A refusal that only says "not now" — `READONLY`, `LOADING`, `BUSY`, `MASTERDOWN`,
+//! `TRYAGAIN`, answered before anything ran, during a failover or while the server is busy or
+//! loading — is returned as the transient error it is (the script would meet the same refusal),
+//! for the caller to retry; it leaves the detection as it was, so the releases after the failover
+//! are `DELIFEQ` again.
 //!
 //! The refusal to touch a user's data is structural: `DELIFEQ` deletes only a string equal to
 //! the lease, and a lease always starts with `tl1:`, so a value that is not a lease never
@@ -105,7 +113,8 @@ async fn detect<C: ConnectionLike + Send>(con: &mut C) -> Option<bool> {
                     if name.eq_ignore_ascii_case(b"delifeq"))
         )),
         Ok(_) => Some(false),
-        Err(e) if Error::from(e.clone()).is_unanswered() => None,
+        // No answer, or a server in the middle of a failover (`LOADING`, `BUSY`, ...): ask again.
+        Err(e) if Error::from(e.clone()).is_transient() => None,
         Err(_) => Some(false),
     }
 }
@@ -118,6 +127,10 @@ pub(crate) enum Outcome {
     Script,
     /// No answer came: `DELIFEQ` may or may not have run.
     Unanswered(Error),
+    /// Refused for now, before it ran (`READONLY`, `LOADING`, `BUSY`, `MASTERDOWN`,
+    /// `TRYAGAIN`: a failover, a server busy or loading): nothing was deleted, and the script
+    /// would be refused the same way. The caller retries, as after any transient error.
+    Transient(Error),
 }
 
 /// Run one native release of `lease` on `lock` (see the [module docs](self)), with its
@@ -169,6 +182,11 @@ where
             let error = Error::from(e);
             if error.is_unanswered() {
                 return Outcome::Unanswered(error);
+            }
+            // A server in the middle of a failover, loading or busy: this release fails for
+            // now, the next one may use `DELIFEQ` again.
+            if error.is_transient() {
+                return Outcome::Transient(error);
             }
             // Refused before it ran: an unknown command (no longer the server detected) or
             // denied by an ACL. Not `WRONGTYPE`: that is a key's answer, not the server's.

@@ -263,7 +263,9 @@ impl Store for RedisStore {
             .await;
             match released {
                 super::native::Outcome::Deleted => return Ok(Reply::Int(1)),
-                super::native::Outcome::Unanswered(e) => return self.after(Err(e)).await,
+                super::native::Outcome::Unanswered(e) | super::native::Outcome::Transient(e) => {
+                    return self.after(Err(e)).await;
+                }
                 super::native::Outcome::Script => {}
             }
         }
@@ -288,9 +290,14 @@ impl Store for RedisStore {
                         return crate::notify::Notifier::redis_resolved(
                             sentinel.resolver(&self.link),
                             timeouts,
+                            self.runtime(),
                         );
                     }
-                    crate::notify::Notifier::redis(vec![self.link().client.clone()], timeouts)
+                    crate::notify::Notifier::redis(
+                        vec![self.link().client.clone()],
+                        timeouts,
+                        self.runtime(),
+                    )
                 })
                 .await
                 .clone(),

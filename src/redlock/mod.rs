@@ -565,3 +565,43 @@ impl<S: Store> Redlock<S> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use crate::deadline::local_deadline;
+
+    fn redlock(n: usize) -> Redlock<MemoryStore> {
+        Redlock::new(vec![MemoryStore::new(); n], RedlockOptions::default()).unwrap()
+    }
+
+    fn left(ms: i64) -> Option<Remaining> {
+        Remaining::from_server_ms(ms)
+    }
+
+    #[test]
+    fn the_validity_is_the_latest_instant_a_majority_still_holds_the_key() {
+        let start = Instant::now();
+        let at = |ms| local_deadline(start, left(ms).unwrap());
+        // Three servers, two needed: the second latest of what they reported.
+        let three = redlock(3);
+        assert_eq!(
+            three.validity(start, &[left(1000), left(3000), left(2000)]),
+            Some(at(2000))
+        );
+        assert_eq!(
+            three.validity(start, &[left(1000), None, left(3000)]),
+            Some(at(1000))
+        );
+        assert_eq!(
+            three.validity(start, &[None, None, left(3000)]),
+            None,
+            "no majority"
+        );
+        // Five servers, three needed.
+        let five = redlock(5);
+        let reports = [left(500), left(3000), None, left(2500), left(2900)];
+        assert_eq!(five.validity(start, &reports), Some(at(2500)));
+    }
+}

@@ -229,7 +229,10 @@ async fn offset_moved(
 fn assert_same_grant(again: &Reply, first: &Reply, what: &str) {
     let (again, first) = (again.as_array().unwrap(), first.as_array().unwrap());
     assert_eq!(again[..2], first[..2], "{what}");
-    assert!(again[2].as_int().unwrap() <= first[2].as_int().unwrap(), "{what}");
+    assert!(
+        again[2].as_int().unwrap() <= first[2].as_int().unwrap(),
+        "{what}"
+    );
 }
 
 /// A repeated acquire and a repeated renewal (same nonce, after the first was applied) write to

@@ -32,7 +32,8 @@ pub enum Renewal {
 /// dropped connection) is kept by [`Liveness`] and repeated with the same nonce until a definite
 /// answer comes; a repeat with a new nonce would present the old lease to a server that may
 /// already hold the new one, and be refused as "held by another". The lease a repeat returns
-/// is dated from [`sent`](Self::sent), the *first* send: the server may have applied it then.
+/// is dated from [`sent`](Self::sent), the *first* send (the server may have applied it then),
+/// and the time it has left as the repeat's answer reports it ([`deadline`](crate::deadline)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenewalAttempt {
     /// The nonce of the lease this renewal asks for.

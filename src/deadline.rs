@@ -29,6 +29,10 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::script::{Reply, Script};
 
+/// The longest lease accepted (ten years); longer is almost certainly a unit mistake. A server's
+/// report of more time left than this is a malformed answer.
+pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// The clock drift allowed for by default, as a fraction of the time relied on.
 pub const DRIFT_FACTOR: f64 = 0.01;
 
@@ -67,13 +71,12 @@ impl Remaining {
 
     /// Milliseconds a server's answer reported for a lease it granted or renewed (`PTTL` in a
     /// transaction, a grant announcement's length); `None` when negative (`PTTL`'s −1, no time
-    /// to live, and −2, no key) or longer than any lease is ([`MAX_TTL`](crate::MAX_TTL): a
-    /// malformed answer).
+    /// to live, and −2, no key) or longer than any lease is ([`MAX_TTL`]: a malformed answer).
     pub fn from_server_ms(ms: i64) -> Option<Remaining> {
         u64::try_from(ms)
             .ok()
             .map(Duration::from_millis)
-            .filter(|&left| left <= crate::MAX_TTL)
+            .filter(|&left| left <= MAX_TTL)
             .map(Remaining)
     }
 
@@ -129,10 +132,10 @@ mod tests {
             None,
             "longer than any lease"
         );
-        let longest = crate::MAX_TTL.as_millis() as i64;
+        let longest = MAX_TTL.as_millis() as i64;
         assert_eq!(
             Remaining::from_server_ms(longest).map(Remaining::get),
-            Some(crate::MAX_TTL)
+            Some(MAX_TTL)
         );
         assert_eq!(Remaining::from_server_ms(longest + 1), None);
         assert_eq!(

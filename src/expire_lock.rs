@@ -43,8 +43,7 @@ use crate::script::{Reply, Script, array, unexpected};
 use crate::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW};
 use crate::store::{Store, Ttl};
 
-/// The longest lease accepted (ten years); longer is almost certainly a unit mistake.
-pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+pub use crate::deadline::MAX_TTL;
 
 /// The default waiter lease of the fair mode ([`Options::waiter_lease`]).
 pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);

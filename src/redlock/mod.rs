@@ -132,7 +132,7 @@ pub struct RedlockOptions {
     pub retry_delay: Duration,
     /// Clock drift allowed for, as a fraction of the time each server reports left (default
     /// 0.01, also the least taken; 2 ms are always added): see
-    /// [`local_deadline_with_drift`](crate::deadline::local_deadline_with_drift).
+    /// [`local_deadline_with_drift`].
     pub drift_factor: f64,
 }
 

@@ -60,7 +60,8 @@
 //!     Acquire::Acquired(lease) => {
 //!         locks.expire_unlock("orders:42", &lease).await?;
 //!     }
-//!     Acquire::Held { remaining, .. } => println!("busy for another {remaining:?}"),
+//!     Acquire::Held { remaining: Some(left), .. } => println!("busy for another {left:?}"),
+//!     Acquire::Held { remaining: None, .. } => println!("busy, and the key has no expiry"),
 //! }
 //! # Ok(())
 //! # }

@@ -116,15 +116,15 @@ cargo test --workspace --all-targets --no-run
 # The Redis half: every test of the workspace (unit, integration, doc).
 echo "scripts/test.sh: === every test, on Redis ==="
 begin "Redis half"
-TAIRLOCK_SERVER=redis cargo test --workspace --all-targets
-TAIRLOCK_SERVER=redis cargo test --workspace --doc
+TAIRLOCK_SERVER=redis cargo test --workspace --all-targets --no-fail-fast
+TAIRLOCK_SERVER=redis cargo test --workspace --doc --no-fail-fast
 
 # The Valkey half: the integration test targets again (they are the ones that start servers;
 # unit and doc tests ran once above). REDIS_SERVER_BIN is for the Redis half only.
 if [ "$with_valkey" = 1 ]; then
   echo "scripts/test.sh: === every integration suite, on Valkey ==="
   begin "Valkey half"
-  env -u REDIS_SERVER_BIN TAIRLOCK_SERVER=valkey cargo test --workspace --test '*'
+  env -u REDIS_SERVER_BIN TAIRLOCK_SERVER=valkey cargo test --workspace --test '*' --no-fail-fast
 else
   echo "scripts/test.sh: TAIRLOCK_SERVERS=$servers: the Valkey half is skipped"
 fi

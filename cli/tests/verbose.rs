@@ -118,7 +118,7 @@ fn run_v_tells_a_lease_deleted_mid_run_and_why() {
         "{lost}"
     );
     let stopping =
-        "tairlock run: the lease on job was lost; stopping the command's process group (SIGTERM)";
+        "tairlock run: the lease on job was lost; stopping the command (SIGTERM to everything it started)";
     line(&out, stopping);
     // The reason first, then what tairlock does about it.
     assert!(
@@ -137,7 +137,7 @@ fn q_leaves_only_the_error() {
     assert_eq!(status.code(), Some(76), "{out}");
     assert_eq!(
         out.trim(),
-        "tairlock run: the lease on job was lost; stopping the command's process group (SIGTERM)",
+        "tairlock run: the lease on job was lost; stopping the command (SIGTERM to everything it started)",
     );
 
     let server = RedisServer::start();

@@ -250,6 +250,8 @@ pub struct ExpireLock<S> {
     store: S,
     options: Options,
     pub(crate) local: std::sync::Arc<crate::engine::Waiters>,
+    /// The watchdog of this handle's guards: one task renewing their leases in batches.
+    pub(crate) renewer: std::sync::Arc<crate::guard::Renewer<S>>,
 }
 
 impl<S: Store> ExpireLock<S> {
@@ -264,6 +266,7 @@ impl<S: Store> ExpireLock<S> {
             store,
             options,
             local: Default::default(),
+            renewer: Default::default(),
         }
     }
 

@@ -389,7 +389,7 @@ async fn an_explicit_lease_is_not_renewed_and_is_lost_at_its_deadline() {
     assert_eq!(guard.release().await.unwrap(), Unlock::NotHeld);
 }
 
-/// A hook that holds the next RENEW reply back for a while (the renewal itself runs on the
+/// A hook that holds the next renewal's reply (`RENEW_MANY` or `RENEW`) back for a while (the renewal itself runs on the
 /// server at once): a slow network on the way back.
 #[derive(Debug, Default)]
 struct SlowRenewReply {
@@ -399,7 +399,11 @@ struct SlowRenewReply {
 impl Hook for SlowRenewReply {
     fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
         match command {
-            Command::Eval { script, .. } if std::ptr::eq(script, &tairlock::scripts::RENEW) => {
+            // A guard's renewal: the batched watchdog's, or a single one.
+            Command::Eval { script, .. }
+                if std::ptr::eq(script, &tairlock::scripts::RENEW_MANY)
+                    || std::ptr::eq(script, &tairlock::scripts::RENEW) =>
+            {
                 Box::pin(async move {
                     let reply = run.await;
                     let delay = self.delay.lock().take();

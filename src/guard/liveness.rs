@@ -270,6 +270,17 @@ impl Liveness {
         self.renewing.lock().await
     }
 
+    /// The renewal lock if nothing else holds it now (a batched watchdog passes over a lease
+    /// being renewed otherwise).
+    pub(crate) fn try_renewing(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        self.renewing.try_lock().ok()
+    }
+
+    /// Whether a release has started ([`stop_watchdog`](Self::stop_watchdog)): renew no more.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
     /// The watchdog task to stop on release.
     pub fn set_watchdog(&self, handle: tokio::task::AbortHandle) {
         *self.watchdog.lock() = Some(handle);

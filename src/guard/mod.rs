@@ -26,11 +26,14 @@ use crate::lease::Lease;
 use crate::observe::{Hold, Loss, ReleaseOutcome};
 use crate::store::Store;
 
+mod batch;
 mod liveness;
+
+pub(crate) use self::batch::Renewer;
 
 pub use self::liveness::{Liveness, Renewal, RenewalAttempt};
 
-pub(crate) struct Shared<S: Store> {
+pub(crate) struct Shared<S> {
     locks: ExpireLock<S>,
     name: String,
     ttl: Duration,
@@ -42,6 +45,11 @@ pub(crate) struct Shared<S: Store> {
 impl<S: Store> Shared<S> {
     fn current(&self) -> Lease {
         self.lease.lock().clone()
+    }
+
+    /// How long to wait before trying again after a renewal that did not count.
+    fn retry_pause(&self) -> Duration {
+        self.live.retry_pause(self.ttl / 3)
     }
 
     /// Take a renewed `lease` as the lease in effect (see [`Liveness::renewed`]).
@@ -201,12 +209,17 @@ impl<S: Store> LockGuard<S> {
         // A lease a fair grant announcement handed over lasts only the waiter lease until
         // confirmed: renew it to the full length at once (see `fair`).
         let confirm = shared.current().is_unconfirmed();
-        if watchdog_on || confirm {
-            if watchdog_on && let Some(max_hold) = shared.locks.options().max_hold {
-                shared
-                    .live
-                    .renew_until(tokio::time::Instant::now() + max_hold);
-            }
+        if watchdog_on && let Some(max_hold) = shared.locks.options().max_hold {
+            shared
+                .live
+                .renew_until(tokio::time::Instant::now() + max_hold);
+        }
+        if watchdog_on && !confirm && kind == "expire" {
+            // The plain expire lock's leases are renewed in batches by the lock handle's one
+            // watchdog (see `batch`); the other kinds keep a task per guard.
+            let due = tokio::time::Instant::now() + ttl / 3;
+            shared.locks.renewer.schedule(&shared, due);
+        } else if watchdog_on || confirm {
             let handle = crate::blocking::spawn_handle(shared.locks.store().runtime())
                 .spawn(watchdog(shared.clone(), confirm))
                 .abort_handle();

@@ -5,6 +5,7 @@
 //! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease, pttl}` / `{0, holder, pttl}` |
 //! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel, [publish cmd]] | `1` / `0` / `-1` |
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease, pttl}` / `{0}` / `{-1}` |
+//! | [`RENEW_MANY`] | lock, fence of each lease | fence retention ms, then lease, ttl ms, new nonce of each | `{1, expiry, pttl}` / `{0, 0, 0}` / `{-1, 0, 0}` / `{-2, 0, 0}` for each |
 //! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, pttl, ...}` / `{0, i, holder, pttl}` |
@@ -25,7 +26,9 @@
 //!
 //! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key
 //! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`), except [`LOCK_MANY`]:
-//! O(the number of locks it is given).
+//! O(the number of locks it is given), and [`RENEW_MANY`]: O(the number of leases it is given),
+//! each with its own outcome (`-2` where a key holds data that is not ours, nothing written
+//! for that lease).
 
 mod expire_lock;
 mod expire_unlock;
@@ -35,6 +38,7 @@ mod format;
 mod inspect;
 mod lock_many;
 mod renew;
+mod renew_many;
 mod semaphore;
 
 pub use self::expire_lock::EXPIRE_LOCK;
@@ -45,6 +49,7 @@ pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence};
 pub use self::inspect::INSPECT;
 pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;
+pub use self::renew_many::RENEW_MANY;
 pub use self::semaphore::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW};
 
 use crate::script::Script;
@@ -59,10 +64,11 @@ pub static MULTI: [&Script; 1] = [&LOCK_MANY];
 pub static SEMAPHORE: [&Script; 4] = [&SEM_ACQUIRE, &SEM_RENEW, &SEM_RELEASE, &SEM_INSPECT];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
-pub static ALL: [&Script; 5] = [
+pub static ALL: [&Script; 6] = [
     &EXPIRE_LOCK,
     &EXPIRE_UNLOCK,
     &RENEW,
+    &RENEW_MANY,
     &FORCE_UNLOCK,
     &INSPECT,
 ];

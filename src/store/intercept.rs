@@ -340,6 +340,10 @@ macro_rules! intercepted {
 }
 
 impl<S: Store, H: Hook> Store for Intercept<S, H> {
+    fn single_shard(&self) -> bool {
+        self.inner.single_shard()
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         intercepted!(self, Command::Get { key }, async move {
             self.inner.get(key).await.map(Answer::Value)

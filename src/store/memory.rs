@@ -158,6 +158,10 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn single_shard(&self) -> bool {
+        true
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.run(|db| db.get(key))
     }

@@ -321,6 +321,14 @@ pub trait Store: Clone + Send + Sync + 'static {
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
         None
     }
+
+    /// Whether one script call may name keys of any hash slot (one server holds every key):
+    /// the watchdog then renews the leases of many locks in one call. False by default, which
+    /// is always correct: a batch carries the leases of one hash slot only, as a cluster
+    /// needs. [`RedisStore`] and [`MemoryStore`] say true; a wrapper store may delegate it.
+    fn single_shard(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

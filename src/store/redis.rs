@@ -221,6 +221,10 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    fn single_shard(&self) -> bool {
+        true
+    }
+
     super::commands::plain_commands!();
 
     async fn time(&self) -> Result<Duration> {

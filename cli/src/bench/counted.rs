@@ -115,6 +115,10 @@ impl<S: Store> Store for Counted<S> {
     fn pubsub(&self) -> tairlock::notify::PubSub {
         self.inner.pubsub()
     }
+
+    fn single_shard(&self) -> bool {
+        self.inner.single_shard()
+    }
 }
 
 impl BenchStore for Counted<MemoryStore> {

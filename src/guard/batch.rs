@@ -1,0 +1,348 @@
+//! The batched watchdog: one task per lock handle renews the leases of every guard made by it
+//! (and its clones), many leases per script call.
+//!
+//! A task per guard costs one timer and one script call per lease per renewal: 100,000 leases
+//! of 3 s are 100,000 calls a second, a Redis core's whole capacity. Here the guards of one
+//! [`ExpireLock`](crate::ExpireLock) handle wait in one queue ordered by when each is due;
+//! one task on the store's runtime wakes when the first is due, takes every lease due within a
+//! short window, and renews them with [`RENEW_MANY`]: up to [`BATCH`] leases per call on a store
+//! whose keys all live on one server ([`Store::single_shard`]), the leases of one hash slot per
+//! call otherwise. The calls of one round are sent together (pipelined on the connection).
+//!
+//! Each lease keeps the rules of a guard's own watchdog ([`Liveness`]): its renewal is an
+//! attempt with a nonce, repeated with the same nonce while no answer came; its outcome is
+//! decoded on its own and its deadline is the [deadline rule](crate::deadline)'s, from the
+//! first send of its attempt and the time the batch's answer reports for that lease; a lease
+//! found gone or taken is lost for its own guard only, and a lease whose renewals go unanswered
+//! is lost once its own deadline passes.
+//!
+//! [`Liveness`]: super::Liveness
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::Shared;
+use crate::deadline::Remaining;
+use crate::error::{Error, ErrorKind, Result};
+use crate::lease::Lease;
+use crate::observe::Loss;
+use crate::script::{Reply, unexpected};
+use crate::scripts::{RENEW_MANY, format_lease};
+use crate::store::Store;
+
+/// The most leases one [`RENEW_MANY`] call carries (about half a millisecond of server time).
+pub(crate) const BATCH: usize = 256;
+
+/// How much earlier than due a lease may be renewed to join a batch: at most this, and at most
+/// a quarter of its renewal interval.
+const WINDOW: Duration = Duration::from_millis(100);
+
+/// The queue of leases to renew, and the task that renews them. See the [module docs](self).
+pub(crate) struct Renewer<S> {
+    state: Mutex<State<S>>,
+    /// Woken when a lease is queued ahead of the one the task sleeps for.
+    wake: tokio::sync::Notify,
+}
+
+struct State<S> {
+    /// Each guard by when its lease is due for renewal (and a number, for uniqueness). A guard
+    /// released or dropped meanwhile is skipped when its turn comes.
+    due: BTreeMap<(Instant, u64), Weak<Shared<S>>>,
+    next: u64,
+    /// The task, while it runs; it ends when nothing is queued.
+    task: Option<JoinHandle<()>>,
+}
+
+impl<S> Default for Renewer<S> {
+    fn default() -> Self {
+        Renewer {
+            state: Mutex::new(State {
+                due: BTreeMap::new(),
+                next: 0,
+                task: None,
+            }),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl<S> fmt::Debug for Renewer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Renewer")
+            .field("queued", &self.state.lock().due.len())
+            .finish()
+    }
+}
+
+impl<S: Store> Renewer<S> {
+    /// Queue `shared`'s lease for renewal at `at`, starting the task if it is not running.
+    pub(crate) fn schedule(self: &Arc<Self>, shared: &Arc<Shared<S>>, at: Instant) {
+        let mut state = self.state.lock();
+        let first = state.due.first_key_value().map(|((t, _), _)| *t);
+        let id = state.next;
+        state.next += 1;
+        state.due.insert((at, id), Arc::downgrade(shared));
+        // A runtime shut down ends its tasks: a new one is started on the next registration.
+        if state.task.as_ref().is_none_or(JoinHandle::is_finished) {
+            let store = shared.locks.store();
+            let task = crate::blocking::spawn_handle(store.runtime())
+                .spawn(run(self.clone(), store.single_shard()));
+            state.task = Some(task);
+        } else if first.is_none_or(|first| at < first) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Put back leases to renew later.
+    fn schedule_all(&self, later: Vec<(Instant, Arc<Shared<S>>)>) {
+        let mut state = self.state.lock();
+        for (at, shared) in later {
+            let id = state.next;
+            state.next += 1;
+            state.due.insert((at, id), Arc::downgrade(&shared));
+        }
+    }
+
+    /// The leases due now (within their window), or when the first one is due; `None` (and the
+    /// task is over) when nothing is queued.
+    fn take_due(&self, now: Instant) -> Option<std::result::Result<Vec<Arc<Shared<S>>>, Instant>> {
+        let mut state = self.state.lock();
+        let Some(((first, _), _)) = state.due.first_key_value() else {
+            state.task = None;
+            return None;
+        };
+        if *first > now {
+            return Some(Err(*first));
+        }
+        let mut taken = Vec::new();
+        let mut early = Vec::new();
+        while let Some(entry) = state.due.first_entry() {
+            let (at, _) = *entry.key();
+            if at > now + WINDOW {
+                break;
+            }
+            let Some(shared) = entry.remove().upgrade() else {
+                continue;
+            };
+            if shared.live.is_stopped() {
+                continue;
+            }
+            if at > now + (shared.ttl / 12).min(WINDOW) {
+                early.push((at, shared));
+            } else {
+                taken.push(shared);
+            }
+        }
+        for (at, shared) in early {
+            let id = state.next;
+            state.next += 1;
+            state.due.insert((at, id), Arc::downgrade(&shared));
+        }
+        Some(Ok(taken))
+    }
+}
+
+/// The task: renew what is due, sleep until the next is, end when nothing is queued.
+async fn run<S: Store>(renewer: Arc<Renewer<S>>, single_shard: bool) {
+    loop {
+        let due = match renewer.take_due(Instant::now()) {
+            None => return,
+            Some(Err(first)) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(first) => {}
+                    () = renewer.wake.notified() => {}
+                }
+                continue;
+            }
+            Some(Ok(due)) => due,
+        };
+        let batches = batches(due, single_shard);
+        let rounds = futures_util::future::join_all(batches.into_iter().map(renew)).await;
+        renewer.schedule_all(rounds.into_iter().flatten().collect());
+    }
+}
+
+/// Split `due` into the batches of one call each: [`BATCH`] leases at most, and one hash slot
+/// each unless the store is one server.
+fn batches<S: Store>(mut due: Vec<Arc<Shared<S>>>, single_shard: bool) -> Vec<Vec<Arc<Shared<S>>>> {
+    if single_shard {
+        let mut out = Vec::with_capacity(due.len().div_ceil(BATCH));
+        while !due.is_empty() {
+            let rest = due.split_off(due.len().min(BATCH));
+            out.push(std::mem::replace(&mut due, rest));
+        }
+        return out;
+    }
+    let mut by_slot: BTreeMap<u16, Vec<Arc<Shared<S>>>> = BTreeMap::new();
+    for shared in due {
+        // The lock's keys share its hash tag: the slot of the name's tag is theirs.
+        let slot = match shared.locks.keys(&shared.name) {
+            Ok(keys) => crate::slot::key_slot(&keys.lock),
+            Err(_) => 0,
+        };
+        by_slot.entry(slot).or_default().push(shared);
+    }
+    by_slot
+        .into_values()
+        .flat_map(|slot| batches(slot, true))
+        .collect()
+}
+
+/// What one lease of a batch found.
+enum Found {
+    Renewed(Lease),
+    Gone(Loss),
+    Refused(Error),
+}
+
+/// Renew one batch (one call); return the leases to renew again, with when.
+async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shared<S>>)> {
+    let mut later = Vec::with_capacity(members.len());
+    // Each lease's renewal lock, held for the call: a release waits for the answer (so it
+    // deletes the lease in effect), and a lease another renewal holds (a caller's `renew`) is
+    // put back briefly.
+    let locked: Vec<_> = members.iter().map(|m| m.live.try_renewing()).collect();
+    let mut sent = Vec::with_capacity(members.len());
+    let (mut keys, mut args) = (Vec::new(), Vec::new());
+    for (shared, lock) in members.iter().zip(&locked) {
+        if lock.is_none() {
+            later.push((Instant::now() + shared.retry_pause(), shared.clone()));
+            continue;
+        }
+        if shared.live.is_stopped() {
+            continue;
+        }
+        // Past `Options::max_hold`, renew no more; before it, never past it.
+        let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
+            continue;
+        };
+        let lease = shared.current();
+        let Ok(request) = shared.locks.keys(&shared.name) else {
+            continue;
+        };
+        let attempt = shared.live.renewal_attempt(ttl);
+        let Ok(ttl_ms) = crate::expire_lock::ttl_ms(attempt.ttl) else {
+            continue;
+        };
+        if args.is_empty() {
+            args.push(shared.locks.retention_ms());
+        }
+        keys.extend([request.lock, request.fence]);
+        args.extend([
+            lease.value().to_owned(),
+            ttl_ms.to_string(),
+            attempt.nonce.clone(),
+        ]);
+        sent.push((shared, lease, attempt));
+    }
+    let Some((first, _, _)) = sent.first() else {
+        return later;
+    };
+    let call = first.locks.eval_retrying(&RENEW_MANY, &keys, &args);
+    let mut call = std::pin::pin!(call);
+    // Not answered by the earliest deadline of the batch (a paused or unreachable server):
+    // the leases past theirs are lost then, and the answer is still awaited.
+    let earliest = sent.iter().filter_map(|(s, _, _)| s.live.deadline()).min();
+    let reply = match earliest {
+        Some(deadline) => tokio::select! {
+            reply = call.as_mut() => reply,
+            () = tokio::time::sleep_until(deadline) => {
+                for (shared, _, _) in &sent {
+                    if shared.live.past_deadline() {
+                        shared.live.lose(Loss::Deadline);
+                    }
+                }
+                call.await
+            }
+        },
+        None => call.await,
+    };
+    let found = reply.and_then(|reply| decode(&reply, &sent));
+    let now = Instant::now();
+    match found {
+        Err(e) => {
+            let outcome: Result<()> = Err(e);
+            for (shared, _, _) in sent {
+                // Unanswered: the attempt stays pending, repeated with its nonce.
+                shared.live.renewal_outcome(&outcome);
+                if shared.live.past_deadline() {
+                    shared.live.lose(Loss::Deadline);
+                } else {
+                    later.push((now + shared.retry_pause(), shared.clone()));
+                }
+            }
+        }
+        Ok(found) => {
+            for ((shared, _, _), found) in sent.into_iter().zip(found) {
+                match found {
+                    Found::Renewed(lease) => {
+                        shared.live.renewal_outcome(&Ok(()));
+                        if shared.adopt(lease) == super::Renewal::Renewed {
+                            later.push((now + shared.ttl / 3, shared.clone()));
+                        }
+                    }
+                    Found::Gone(reason) => {
+                        shared.live.renewal_outcome(&Ok(()));
+                        shared.live.lose(reason);
+                    }
+                    Found::Refused(e) => {
+                        shared.live.renewal_outcome::<()>(&Err(e));
+                        if shared.live.past_deadline() {
+                            shared.live.lose(Loss::Deadline);
+                        } else {
+                            later.push((now + shared.retry_pause(), shared.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    drop(locked);
+    later
+}
+
+/// Decode a [`RENEW_MANY`] reply: each lease's outcome, its renewed lease dated from the first
+/// send of its attempt and the time the reply reports it has left.
+fn decode<S>(
+    reply: &Reply,
+    sent: &[(&Arc<Shared<S>>, Lease, super::RenewalAttempt)],
+) -> Result<Vec<Found>> {
+    let Reply::Array(items) = reply else {
+        return Err(unexpected(&RENEW_MANY, reply));
+    };
+    if items.len() != 3 * sent.len() {
+        return Err(unexpected(&RENEW_MANY, reply));
+    }
+    let mut out = Vec::with_capacity(sent.len());
+    for ((_, lease, attempt), item) in sent.iter().zip(items.chunks(3)) {
+        let int = |i: usize| {
+            item[i]
+                .as_int()
+                .ok_or_else(|| unexpected(&RENEW_MANY, reply))
+        };
+        out.push(match int(0)? {
+            1 => {
+                let expiry = u64::try_from(int(1)?).map_err(|_| unexpected(&RENEW_MANY, reply))?;
+                let remaining = Remaining::from_server_ms(int(2)?)
+                    .ok_or_else(|| unexpected(&RENEW_MANY, reply))?;
+                let renewed = Lease::parse(&format_lease(expiry, lease.fence(), &attempt.nonce))
+                    .ok_or_else(|| unexpected(&RENEW_MANY, reply))?;
+                Found::Renewed(renewed.dated(attempt.sent, remaining))
+            }
+            0 => Found::Gone(Loss::HeldByOther),
+            -1 => Found::Gone(Loss::Gone),
+            -2 => Found::Refused(Error::new(
+                ErrorKind::WrongType,
+                "a key of the lock holds data that is not a tairlock lease",
+            )),
+            _ => return Err(unexpected(&RENEW_MANY, reply)),
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,54 @@
+-- renew_many: renew several leases this caller holds in one call, each as `renew` would: the
+-- batched watchdog's one step per batch of leases. Every lease gets its own outcome; a lease
+-- that cannot be renewed never stops the others.
+--   KEYS[2i-1], KEYS[2i]            lease i's lock key and fence key (one hash slot on a cluster)
+--   ARGV[1]                         how long the fence state outlives a lease, in ms
+--   ARGV[3i-1], ARGV[3i], ARGV[3i+1] lease i's current value, new length in ms (> 0), new nonce
+-- Returns, for lease i, three integers at 3i-2 .. 3i:
+--   {1, expiry ms, pttl}  renewed: the new lease is `tl1:<expiry>:<the same fence>:<new nonce>`,
+--                         pttl its time left as the server sees it; also when the new nonce
+--                         holds it already (a repeat whose reply was lost: that lease, as it is)
+--   {0, 0, 0}             held by another lease
+--   {-1, 0, 0}            not held
+--   {-2, 0, 0}            a key holds data that is not ours (another type, a value that is
+--                         not a lease or not a fencing token): nothing written for this lease
+-- A renewal sets the lock key with PX: time stands still within a script, so its PTTL then is
+-- the length set, which is what is reported.
+local retention = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now_ms = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, fence_key = KEYS[2 * i - 1], KEYS[2 * i]
+  local lease, nonce = ARGV[3 * i - 1], ARGV[3 * i + 1]
+  local code, expiry, pttl = -2, 0, 0
+  local cur = redis.pcall('GET', lock)
+  if cur == false then
+    code = -1
+  elseif type(cur) == 'string' and string.sub(cur, 1, 4) == 'tl1:' then
+    local last = redis.pcall('GET', fence_key)
+    local fence = string.match(cur, '^tl1:%d+:(%d+):')
+    if type(last) == 'table' or not fence then
+      code = -2
+    elseif last and (not string.match(last, '^%d+$') or tonumber(last) > 9007199254740991) then
+      code = -2
+    elseif cur == lease then
+      local ttl = tonumber(ARGV[3 * i])
+      expiry = now_ms + ttl
+      redis.call('SET', lock, string.format('tl1:%d:%s:%s', expiry, fence, nonce), 'PX', ttl)
+      if not last or tonumber(last) < tonumber(fence) then
+        last = fence
+      end
+      redis.call('SET', fence_key, last, 'PX', ttl + retention)
+      code, pttl = 1, ttl
+    elseif string.sub(cur, -(#nonce + 1)) == ':' .. nonce then
+      code = 1
+      expiry = tonumber(string.match(cur, '^tl1:(%d+):'))
+      pttl = redis.call('PTTL', lock)
+    else
+      code = 0
+    end
+  end
+  out[3 * i - 2], out[3 * i - 1], out[3 * i] = code, expiry, pttl
+end
+return out

@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use support::{Env, TestStore, backend_tests, strings};
-use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW};
+use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW, RENEW_MANY};
 use tairlock::{
     Acquire, ErrorKind, ExpireLock, Lease, Options, Renew, Reply, Result, Store, Ttl, Unlock,
 };
@@ -422,6 +422,149 @@ async fn renew_script_covers_absent_mine_other_expired_and_retried<S: TestStore>
         .await
         .unwrap();
     assert_eq!(reply, Reply::Array(vec![Reply::Int(-1)]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// RENEW_MANY through Store::eval
+
+/// `{code, expiry, pttl}` of lease `i` in a `RENEW_MANY` reply.
+#[track_caller]
+fn renewed_at(reply: &Reply, i: usize) -> (i64, i64, i64) {
+    let items = reply.as_array().expect("an array");
+    let int = |j: usize| items[3 * i + j].as_int().expect("an integer");
+    (int(0), int(1), int(2))
+}
+
+/// One call renews each lease as `RENEW` would and answers each on its own: renewed (a new
+/// lease of the same fence and the new nonce, which the client builds from the expiry), held by
+/// another, not held, a user's data (nothing written for it), and a repeat whose reply was
+/// lost (the lease it made, with the time it has left); the others of the batch renew.
+async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<S>) {
+    let names = ["a", "b", "c", "d", "e"];
+    let mut leases = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        leases.push(granted(
+            &env.store
+                .eval(
+                    &EXPIRE_LOCK,
+                    &keys(&env, name),
+                    &lock_args(LONG_MS, &format!("0{i}")),
+                )
+                .await
+                .unwrap(),
+        ));
+    }
+    // c is gone; d holds a user's hash; e's lease is taken by another holder.
+    env.store.del(&lock_key("c")).await.unwrap();
+    env.store.del(&lock_key("d")).await.unwrap();
+    env.store.hset(&lock_key("d"), "f", b"v").await;
+    env.store.del(&lock_key("e")).await.unwrap();
+    let other = granted(
+        &env.store
+            .eval(&EXPIRE_LOCK, &keys(&env, "e"), &lock_args(LONG_MS, "0e"))
+            .await
+            .unwrap(),
+    );
+    env.pass(Duration::from_millis(5)).await;
+    let mut all_keys = Vec::new();
+    let mut args = vec![RETENTION_MS.to_string()];
+    for (name, lease) in names.iter().zip(&leases) {
+        all_keys.extend(keys(&env, name));
+        args.extend([
+            lease.value().to_owned(),
+            (2 * LONG_MS).to_string(),
+            format!("b{name}"),
+        ]);
+    }
+    let reply = env.store.eval(&RENEW_MANY, &all_keys, &args).await.unwrap();
+    assert_eq!(reply.as_array().unwrap().len(), 15, "{reply:?}");
+    // a, b: renewed to the new length, same fence, the new nonce
+    for (i, name) in ["a", "b"].iter().enumerate() {
+        let (code, expiry, pttl) = renewed_at(&reply, i);
+        assert_eq!(code, 1, "{name}: {reply:?}");
+        assert_eq!(
+            pttl,
+            (2 * LONG_MS) as i64,
+            "{name}: the length set, as PTTL reads it"
+        );
+        let built = format!("tl1:{expiry}:{}:b{name}", leases[i].fence());
+        assert_eq!(
+            env.store.get(&lock_key(name)).await.unwrap(),
+            Some(built.into_bytes()),
+            "{name}: the lease the client builds is the one stored"
+        );
+        assert_ttl_near(
+            env.store.pttl(&lock_key(name)).await.unwrap(),
+            Duration::from_millis(2 * LONG_MS),
+        );
+        assert_ttl_near(
+            env.store.pttl(&fence_key(name)).await.unwrap(),
+            Duration::from_millis(2 * LONG_MS + RETENTION_MS),
+        );
+        assert_eq!(
+            env.store.get(&fence_key(name)).await.unwrap(),
+            Some(leases[i].fence().to_string().into_bytes())
+        );
+    }
+    assert_eq!(renewed_at(&reply, 2), (-1, 0, 0), "c is not held");
+    assert_eq!(env.store.key_type(&lock_key("c")).await.unwrap(), "none");
+    assert_eq!(renewed_at(&reply, 3), (-2, 0, 0), "d holds a user's data");
+    assert_eq!(env.store.key_type(&lock_key("d")).await.unwrap(), "hash");
+    assert_eq!(
+        renewed_at(&reply, 4),
+        (0, 0, 0),
+        "e is held by another lease"
+    );
+    assert_eq!(
+        env.store.get(&lock_key("e")).await.unwrap(),
+        Some(other.value().as_bytes().to_vec())
+    );
+    // The same call again (its reply lost): a and b answer the leases the first call made,
+    // with the time they have left; nothing else changes.
+    let (_, expiry_a, _) = renewed_at(&reply, 0);
+    env.pass(PAST_SHORT).await;
+    let again = env.store.eval(&RENEW_MANY, &all_keys, &args).await.unwrap();
+    let (code, expiry, left) = renewed_at(&again, 0);
+    assert_eq!((code, expiry), (1, expiry_a), "{again:?}");
+    assert!(
+        Duration::from_millis(left as u64) <= Duration::from_millis(2 * LONG_MS) - PAST_SHORT,
+        "the repeat reports the time left, {left} ms"
+    );
+    assert_eq!(renewed_at(&again, 1).0, 1);
+    assert_eq!(
+        (2..5).map(|i| renewed_at(&again, i).0).collect::<Vec<_>>(),
+        vec![-1, -2, 0]
+    );
+    // A fence key holding a user's data refuses that lease only.
+    env.store.set(&fence_key("a"), b"abc").await.unwrap();
+    let stored = |name: &'static str| {
+        let store = env.store.clone();
+        async move {
+            let value = store.get(&lock_key(name)).await.unwrap().unwrap();
+            Lease::parse(std::str::from_utf8(&value).unwrap()).unwrap()
+        }
+    };
+    let (lease_a, lease_b) = (stored("a").await, stored("b").await);
+    let mut pair = keys(&env, "a");
+    pair.extend(keys(&env, "b"));
+    let (retention, ttl) = (RETENTION_MS.to_string(), LONG_MS.to_string());
+    let args = strings([
+        &retention,
+        lease_a.value(),
+        &ttl,
+        "c1",
+        lease_b.value(),
+        &ttl,
+        "c2",
+    ]);
+    let reply = env.store.eval(&RENEW_MANY, &pair, &args).await.unwrap();
+    assert_eq!(renewed_at(&reply, 0), (-2, 0, 0));
+    assert_eq!(
+        env.store.get(&lock_key("a")).await.unwrap(),
+        Some(lease_a.value().as_bytes().to_vec()),
+        "nothing written for the refused lease"
+    );
+    assert_eq!(renewed_at(&reply, 1).0, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1238,6 +1381,7 @@ backend_tests!(
     expire_lock_script_after_expiry_grants_a_new_lease_with_a_higher_fence,
     expire_unlock_script_covers_absent_mine_other_expired_and_retried,
     renew_script_covers_absent_mine_other_expired_and_retried,
+    renew_many_script_answers_each_lease_on_its_own,
     force_unlock_script_deletes_any_lease_and_keeps_the_fence,
     inspect_script_reports_type_value_pttl_and_fence,
     scripts_refuse_a_users_data_under_the_lock_key_and_change_nothing,

@@ -42,7 +42,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use support::RedisServer;
 use tairlock::clock::{Clock, SystemClock, VirtualClock};
-use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW};
+use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW, RENEW_MANY};
 use tairlock::{
     Acquire, ErrorKind, ExpireLock, Inspection, Lease, MemoryStore, RedisStore, Renew, Reply,
     Result, Store, Ttl, Unlock,
@@ -117,6 +117,10 @@ enum Op {
         value: usize,
         nonce: usize,
     },
+    /// The batched renewal of both locks in one call, each lease with its nonce.
+    RenewManyScript {
+        leases: [(LeaseRef, usize); 2],
+    },
     ForceUnlock {
         name: usize,
     },
@@ -189,9 +193,11 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (name.clone(), 0..NONCES.len()).prop_map(|(name, nonce)| Op::LockScript { name, nonce }),
         4 => (name.clone(), lease.clone()).prop_map(|(name, lease)| Op::Unlock { name, lease }),
         1 => (name.clone(), value.clone()).prop_map(|(name, value)| Op::UnlockScript { name, value }),
-        3 => (name.clone(), lease, 0..TTLS_S.len()).prop_map(|(name, lease, ttl)| Op::Renew { name, lease, ttl }),
+        3 => (name.clone(), lease.clone(), 0..TTLS_S.len()).prop_map(|(name, lease, ttl)| Op::Renew { name, lease, ttl }),
         1 => (name.clone(), value.clone(), 0..NONCES.len())
             .prop_map(|(name, value, nonce)| Op::RenewScript { name, value, nonce }),
+        2 => ((lease.clone(), 0..NONCES.len()), (lease.clone(), 0..NONCES.len()))
+            .prop_map(|(a, b)| Op::RenewManyScript { leases: [a, b] }),
         1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
         2 => name.prop_map(|name| Op::Inspect { name }),
         2 => key.clone().prop_map(|key| Op::Get { key }),
@@ -479,6 +485,25 @@ fn pttl_sign(reply: Reply) -> Reply {
     }
 }
 
+/// A `RENEW_MANY` reply, `{code, expiry, pttl}` per lease: each pttl is time, kept by sign only
+/// (the expiries are clock numbers, compared by identity).
+fn pttls_sign(reply: Reply) -> Reply {
+    match reply {
+        Reply::Array(items) => Reply::Array(
+            items
+                .chunks(3)
+                .flat_map(|item| match item {
+                    [code, expiry, Reply::Int(pttl)] => {
+                        vec![code.clone(), expiry.clone(), Reply::Int(pttl.signum())]
+                    }
+                    other => other.to_vec(),
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 async fn run_op<S: Raw>(
     locks: &ExpireLock<S>,
     norm: &mut Norm,
@@ -561,6 +586,22 @@ async fn run_op<S: Raw>(
             ];
             match store.eval(&RENEW, &keys, &args).await {
                 Ok(reply) => Out::Reply(norm.reply(&pttl_sign(reply))),
+                Err(e) => err(e),
+            }
+        }
+        Op::RenewManyScript { leases } => {
+            let mut keys = Vec::new();
+            let mut args = vec![RETENTION_MS.to_string()];
+            for (name, (lease, nonce)) in NAMES.iter().zip(leases) {
+                keys.extend(locks.keys(name).unwrap().both());
+                args.extend([
+                    norm.lease_ref(lease).value().to_owned(),
+                    (TTLS_S[1] * 1000).to_string(),
+                    NONCES[*nonce].to_owned(),
+                ]);
+            }
+            match store.eval(&RENEW_MANY, &keys, &args).await {
+                Ok(reply) => Out::Reply(norm.reply(&pttls_sign(reply))),
                 Err(e) => err(e),
             }
         }

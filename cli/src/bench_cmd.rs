@@ -35,6 +35,15 @@ pub struct BenchArgs {
     /// Scenario to run (repeatable); all by default.
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
+    /// `many-leases`: how many guards to hold.
+    #[arg(long, default_value_t = 10_000)]
+    leases: usize,
+    /// `many-leases`: the guards' watchdog lease.
+    #[arg(long, value_parser = duration::parse, default_value = "3s")]
+    lease: Duration,
+    /// `many-leases`: how long to hold the guards.
+    #[arg(long, value_parser = duration::parse, default_value = "10s")]
+    hold: Duration,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
@@ -44,15 +53,17 @@ pub struct BenchArgs {
 
 /// Run `tairlock bench`: the table (or JSON) on stdout, a progress bar on stderr.
 pub fn command(args: BenchArgs) -> ExitCode {
-    if let Some(bad) = args
-        .scenarios
-        .iter()
-        .find(|s| !bench::SCENARIOS.contains(&s.as_str()) && s.as_str() != "redlock-cycle")
-    {
+    if let Some(bad) = args.scenarios.iter().find(|s| {
+        !bench::SCENARIOS.contains(&s.as_str())
+            && !["redlock-cycle", "many-leases"].contains(&s.as_str())
+    }) {
         return usage(format!(
-            "unknown bench scenario {bad:?}; expected one of {}",
+            "unknown bench scenario {bad:?}; expected one of {}, many-leases",
             bench::SCENARIOS.join(", ")
         ));
+    }
+    if args.leases == 0 || args.lease < Duration::from_millis(3) {
+        return usage("many-leases needs --leases of at least 1 and --lease of at least 3ms");
     }
     if args.redlock.is_empty() && args.scenarios.iter().any(|s| s == "redlock-cycle") {
         return usage("the redlock-cycle scenario needs --redlock URL,URL,...");
@@ -60,6 +71,11 @@ pub fn command(args: BenchArgs) -> ExitCode {
     let config = bench::BenchConfig {
         duration: args.duration,
         only: args.scenarios,
+        many: bench::ManyLeases {
+            leases: args.leases,
+            lease: args.lease,
+            hold: args.hold,
+        },
     };
     if let Some(bad) = config.only.iter().find(|s| {
         !args.redlock.is_empty() && !["floor-cycle", "redlock-cycle"].contains(&s.as_str())

@@ -29,6 +29,27 @@ pub struct BenchRow {
     pub max_wait_ms: Option<f64>,
     /// Anything else worth knowing (max wait, same-worker share, bytes, ...).
     pub note: String,
+    /// The `many-leases` scenario's figures (absent from other rows).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub many: Option<ManyLeasesRow>,
+}
+
+/// The figures of `many-leases`: many guards held at once, renewed by the watchdog.
+#[derive(Debug, Clone, Serialize)]
+pub struct ManyLeasesRow {
+    /// Guards held.
+    pub leases: u64,
+    /// Guards lost while held (none should be).
+    pub leases_lost: u64,
+    /// Leases renewed per second while holding (each lease a renewal call carried).
+    pub renewals_per_sec: f64,
+    /// Server time of the renewal script calls while holding (`INFO commandstats`), µs per
+    /// lease renewed; null where the store cannot tell.
+    pub server_us_per_renewal: Option<f64>,
+    /// This process's CPU time while holding, % of one core.
+    pub client_cpu_pct: f64,
+    /// This process's resident memory growth over acquiring the guards, bytes per guard.
+    pub client_bytes_per_guard: f64,
 }
 
 /// Settings of one bench run.
@@ -38,6 +59,29 @@ pub struct BenchConfig {
     pub duration: Duration,
     /// Scenarios to run, by name (all if empty).
     pub only: Vec<String>,
+    /// The settings of `many-leases` (run only when named).
+    pub many: ManyLeases,
+}
+
+/// The settings of the `many-leases` scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct ManyLeases {
+    /// How many guards to hold.
+    pub leases: usize,
+    /// Their watchdog lease.
+    pub lease: Duration,
+    /// How long to hold them.
+    pub hold: Duration,
+}
+
+impl Default for ManyLeases {
+    fn default() -> Self {
+        ManyLeases {
+            leases: 10_000,
+            lease: Duration::from_secs(3),
+            hold: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Every scenario name, in table order.

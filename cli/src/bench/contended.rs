@@ -183,6 +183,7 @@ pub(super) async fn contended<S: BenchStore>(
             "{served}/{workers} workers served, max wait {max_wait_ms:.1} ms, same-worker \
              re-acquisition {same_pct:.1}%"
         ),
+        many: None,
     };
     r.scenario = match (how, workers) {
         (Handoff::PollSetNx, _) => "contended-poll-setnx".to_owned(),

@@ -29,6 +29,13 @@ pub trait BenchStore: Store {
     /// A bare redis-rs multiplexed connection to the server, for the floor: what a hand-written
     /// client uses. `None` where there is no single server (embedded store, cluster).
     fn bare(&self) -> impl Future<Output = Option<redis::aio::MultiplexedConnection>> + Send;
+    /// The server's script calls so far and the time it spent in them, µs (`EVALSHA` and
+    /// `EVAL` of `INFO commandstats`), if the store can tell.
+    fn script_usec(&self) -> impl Future<Output = Option<(u64, u64)>> + Send {
+        async { None }
+    }
+    /// Leases carried by renewal calls so far (`RENEW_MANY`'s each, one per `RENEW`).
+    fn renewals(&self) -> u64;
 }
 
 /// A store with every command it sends counted (a script call is one command, whatever it runs
@@ -37,6 +44,8 @@ pub trait BenchStore: Store {
 pub struct Counted<S> {
     inner: S,
     count: Arc<AtomicU64>,
+    /// Leases carried by renewal calls (`RENEW_MANY`'s each, one per `RENEW`).
+    renewals: Arc<AtomicU64>,
 }
 
 impl<S: Store> Counted<S> {
@@ -45,6 +54,7 @@ impl<S: Store> Counted<S> {
         Counted {
             inner,
             count: Arc::default(),
+            renewals: Arc::default(),
         }
     }
 
@@ -89,6 +99,12 @@ impl<S: Store> Store for Counted<S> {
         args: &[String],
     ) -> tairlock::Result<Reply> {
         self.tick();
+        if std::ptr::eq(script, &tairlock::scripts::RENEW_MANY) {
+            self.renewals
+                .fetch_add(keys.len() as u64 / 2, Ordering::Relaxed);
+        } else if std::ptr::eq(script, &tairlock::scripts::RENEW) {
+            self.renewals.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.eval(script, keys, args).await
     }
 
@@ -122,6 +138,10 @@ impl<S: Store> Store for Counted<S> {
 }
 
 impl BenchStore for Counted<MemoryStore> {
+    fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
     async fn ping(&self) -> tairlock::Result<()> {
         self.tick();
         self.inner.time().await.map(|_| ())
@@ -154,6 +174,10 @@ impl BenchStore for Counted<MemoryStore> {
 }
 
 impl BenchStore for Counted<RedisStore> {
+    fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
     async fn ping(&self) -> tairlock::Result<()> {
         self.tick();
         self.inner
@@ -205,7 +229,34 @@ impl BenchStore for Counted<RedisStore> {
         Ok(Counted {
             inner: RedisStore::from_client(self.inner.client(), Default::default()).await?,
             count: self.count.clone(),
+            renewals: self.renewals.clone(),
         })
+    }
+
+    async fn script_usec(&self) -> Option<(u64, u64)> {
+        let info: String = self
+            .inner
+            .command(redis::cmd("INFO").arg("commandstats"))
+            .await
+            .ok()?;
+        let field = |rest: &str, name: &str| -> Option<u64> {
+            let (_, value) = rest
+                .split(',')
+                .find_map(|f| f.split_once('=').filter(|(k, _)| *k == name))?;
+            value.parse().ok()
+        };
+        let mut total = (0, 0);
+        for line in info.lines() {
+            let Some(rest) = line
+                .strip_prefix("cmdstat_evalsha:")
+                .or_else(|| line.strip_prefix("cmdstat_eval:"))
+            else {
+                continue;
+            };
+            total.0 += field(rest, "calls")?;
+            total.1 += field(rest, "usec")?;
+        }
+        Some(total)
     }
 
     async fn bare(&self) -> Option<redis::aio::MultiplexedConnection> {
@@ -216,6 +267,10 @@ impl BenchStore for Counted<RedisStore> {
 }
 
 impl BenchStore for Counted<ClusterStore> {
+    fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
     async fn ping(&self) -> tairlock::Result<()> {
         self.tick();
         self.inner

@@ -100,6 +100,7 @@ pub(super) async fn idle_floor<S: BenchStore>(
         same_worker_pct: None,
         max_wait_ms: None,
         note: format!("{i} round trips, each after 5-25 ms idle"),
+        many: None,
     };
     Ok((row, i))
 }
@@ -166,6 +167,7 @@ pub(super) async fn forced<S: BenchStore>(
         same_worker_pct: None,
         max_wait_ms: None,
         note: format!("{i} handoffs, the waiter waiting 5-25 ms before each release"),
+        many: None,
     };
     Ok((row, i))
 }

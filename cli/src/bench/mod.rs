@@ -33,6 +33,7 @@
 //! | `many-keys-throughput` | one script call, 64 tasks over 1,000 keys | — (compare `redis-benchmark-evalsha`) |
 //! | `redis-benchmark-evalsha` | `redis-benchmark -n 200000 -c 50` EVALSHA on the same server | — |
 //! | `memory-per-lock`, `memory-per-rwlock` | `MEMORY USAGE` of a held lock's keys; of an RW lock with 8 readers | — |
+//! | `many-leases` (only when named, see [`many_leases`]) | `--leases N` guards with the watchdog on, `--lease D` each, held `--hold D`: leases lost, renewals/s, server µs per renewed lease, client CPU and bytes per guard; the note has the acquire and release times | — |
 //! | `redlock-cycle` (`--redlock` only, see [`redlock`]) | `Redlock::try_acquire` + `release` over N servers | floor cycle on the first server |
 //!
 //! Every contended scenario also reports `same_worker_pct` (acquisitions by the worker that held
@@ -48,13 +49,15 @@ mod contended;
 mod counted;
 mod floor;
 mod handoff;
+mod many_leases;
 pub mod rw_read_heavy;
 mod sample;
 mod scenarios;
 mod semaphore;
 mod table;
 
-pub use self::common::{BenchConfig, BenchRow, SCENARIOS};
+pub use self::common::{BenchConfig, BenchRow, ManyLeases, ManyLeasesRow, SCENARIOS};
 pub use self::counted::{BenchStore, Counted};
+pub use self::many_leases::many_leases;
 pub use self::scenarios::{redlock, run};
 pub use self::table::{progress_bar, table};

@@ -147,6 +147,7 @@ pub(super) async fn rw_read_heavy<S: BenchStore>(
             if share { "on" } else { "off" },
             writes as f64 / elapsed.as_secs_f64().max(1e-9),
         ),
+        many: None,
     };
     Ok((row, 0))
 }

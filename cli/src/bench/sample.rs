@@ -76,5 +76,6 @@ pub(super) fn row<S: BenchStore>(
         same_worker_pct: None,
         max_wait_ms: None,
         note: String::new(),
+        many: None,
     }
 }

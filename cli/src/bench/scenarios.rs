@@ -43,6 +43,7 @@ pub async fn redlock(
         let floor_config = BenchConfig {
             duration: config.duration,
             only: vec!["floor-cycle".to_owned()],
+            many: config.many,
         };
         let floor = run(Counted::new(first), &floor_config, |_, _, name| {
             progress(0, 2, name)
@@ -84,6 +85,7 @@ pub async fn redlock(
             same_worker_pct: None,
             max_wait_ms: None,
             note: format!("{n} servers, quorum {quorum}"),
+            many: None,
         });
     }
     Ok(rows)
@@ -99,11 +101,16 @@ pub async fn run<S: BenchStore>(
     config: &BenchConfig,
     mut progress: impl FnMut(usize, usize, &str),
 ) -> tairlock::Result<Vec<BenchRow>> {
-    let selected: Vec<&str> = SCENARIOS
+    let named = |s: &str| config.only.iter().any(|o| o == s);
+    let mut selected: Vec<&str> = SCENARIOS
         .iter()
         .copied()
-        .filter(|s| config.only.is_empty() || config.only.iter().any(|o| o == s))
+        .filter(|s| config.only.is_empty() || named(s))
         .collect();
+    // Minutes long and memory hungry: only when named.
+    if named("many-leases") {
+        selected.push("many-leases");
+    }
     let mut rows: Vec<BenchRow> = Vec::new();
     let mut floor_cycle: Option<f64> = None;
     let mut ping_p50: Option<f64> = None;
@@ -361,6 +368,7 @@ pub async fn run<S: BenchStore>(
             "local-waiters-8" => contended(&store, 8 + 1, d, Handoff::Notify, ping_p50).await?,
             "local-waiters-32" => contended(&store, 32 + 1, d, Handoff::Notify, ping_p50).await?,
             "many-keys-throughput" => many_keys(&store, d).await?,
+            "many-leases" => (super::many_leases(&store, config.many).await?, 0),
             "redis-benchmark-evalsha" => match redis_benchmark(&store).await {
                 Some(r) => (r, 0),
                 None => continue,

@@ -74,6 +74,9 @@ const VALUES: [&str; 9] = [
 const BOGUS: [&str; 2] = ["tl1:1:7:ab", "tl1:1:1:ffff"];
 /// Fixed nonces for direct script calls (`ab` matches the look-alike lease in [`VALUES`]).
 const NONCES: [&str; 3] = ["aa", "bb", "ab"];
+/// Fixed nonces of the batched renewals: not [`NONCES`], which an acquisition by script would
+/// take for its own earlier grant (random nonces never meet).
+const RENEW_NONCES: [&str; 2] = ["c1", "c2"];
 const TTLS_S: [u64; 2] = [30, 60];
 const RETENTION_MS: u64 = 60_000;
 /// Numbers at least this large come from a clock in µs: compared by identity.
@@ -196,7 +199,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (name.clone(), lease.clone(), 0..TTLS_S.len()).prop_map(|(name, lease, ttl)| Op::Renew { name, lease, ttl }),
         1 => (name.clone(), value.clone(), 0..NONCES.len())
             .prop_map(|(name, value, nonce)| Op::RenewScript { name, value, nonce }),
-        2 => ((lease.clone(), 0..NONCES.len()), (lease.clone(), 0..NONCES.len()))
+        2 => ((lease.clone(), 0..RENEW_NONCES.len()), (lease.clone(), 0..RENEW_NONCES.len()))
             .prop_map(|(a, b)| Op::RenewManyScript { leases: [a, b] }),
         1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
         2 => name.prop_map(|name| Op::Inspect { name }),
@@ -485,16 +488,21 @@ fn pttl_sign(reply: Reply) -> Reply {
     }
 }
 
-/// A `RENEW_MANY` reply, `{code, expiry, pttl}` per lease: each pttl is time, kept by sign only
-/// (the expiries are clock numbers, compared by identity).
+/// A `RENEW_MANY` reply, `{code, expiry, pttl}` per lease: the expiry and the pttl are time,
+/// which the two stores' clocks read differently (two calls within one millisecond of Redis's
+/// clock renew to the same expiry); keep their signs only.
 fn pttls_sign(reply: Reply) -> Reply {
     match reply {
         Reply::Array(items) => Reply::Array(
             items
                 .chunks(3)
                 .flat_map(|item| match item {
-                    [code, expiry, Reply::Int(pttl)] => {
-                        vec![code.clone(), expiry.clone(), Reply::Int(pttl.signum())]
+                    [code, Reply::Int(expiry), Reply::Int(pttl)] => {
+                        vec![
+                            code.clone(),
+                            Reply::Int(expiry.signum()),
+                            Reply::Int(pttl.signum()),
+                        ]
                     }
                     other => other.to_vec(),
                 })
@@ -597,7 +605,7 @@ async fn run_op<S: Raw>(
                 args.extend([
                     norm.lease_ref(lease).value().to_owned(),
                     (TTLS_S[1] * 1000).to_string(),
-                    NONCES[*nonce].to_owned(),
+                    RENEW_NONCES[*nonce].to_owned(),
                 ]);
             }
             match store.eval(&RENEW_MANY, &keys, &args).await {

@@ -10,8 +10,14 @@
 --                         holds it already (a repeat whose reply was lost: that lease, as it is)
 --   {0, 0, 0}             held by another lease
 --   {-1, 0, 0}            not held
---   {-2, 0, 0}            a key holds data that is not ours (another type, a value that is
---                         not a lease or not a fencing token): nothing written for this lease
+--   {-2, 0, 0}            a key holds data that is not ours (the lock key another type or a
+--                         value that is not a lease; the fence key, when it is read, another
+--                         type or a value that is not a fencing token): nothing written for
+--                         this lease
+-- The fence key is read (checked) and written only when its time to live would end less than
+-- the retention after the renewed lease: it is then set to last the lease + 1.5 × the retention,
+-- so that most renewals of a lease only read its time to live (the fencing token is kept
+-- between 1 and 1.5 retentions after the lease ends).
 -- A renewal sets the lock key with PX: time stands still within a script, so its PTTL then is
 -- the length set, which is what is reported.
 local retention = tonumber(ARGV[1])
@@ -23,31 +29,35 @@ for i = 1, #KEYS / 2 do
   local lease, nonce = ARGV[3 * i - 1], ARGV[3 * i + 1]
   local code, expiry, pttl = -2, 0, 0
   local cur = redis.pcall('GET', lock)
+  local fence = type(cur) == 'string' and string.match(cur, '^tl1:%d+:(%d+):')
   if cur == false then
     code = -1
-  elseif type(cur) == 'string' and string.sub(cur, 1, 4) == 'tl1:' then
-    local last = redis.pcall('GET', fence_key)
-    local fence = string.match(cur, '^tl1:%d+:(%d+):')
-    if type(last) == 'table' or not fence then
+  elseif not fence then
+    code = -2
+  elseif cur == lease then
+    local ttl = tonumber(ARGV[3 * i])
+    local refresh = redis.call('PTTL', fence_key) < ttl + retention
+    local last = refresh and redis.pcall('GET', fence_key)
+    if type(last) == 'table' or (last and (not string.match(last, '^%d+$')
+        or tonumber(last) > 9007199254740991)) then
       code = -2
-    elseif last and (not string.match(last, '^%d+$') or tonumber(last) > 9007199254740991) then
-      code = -2
-    elseif cur == lease then
-      local ttl = tonumber(ARGV[3 * i])
+    else
       expiry = now_ms + ttl
       redis.call('SET', lock, string.format('tl1:%d:%s:%s', expiry, fence, nonce), 'PX', ttl)
-      if not last or tonumber(last) < tonumber(fence) then
-        last = fence
+      if refresh then
+        if not last or tonumber(last) < tonumber(fence) then
+          last = fence
+        end
+        redis.call('SET', fence_key, last, 'PX', ttl + retention + math.floor(retention / 2))
       end
-      redis.call('SET', fence_key, last, 'PX', ttl + retention)
       code, pttl = 1, ttl
-    elseif string.sub(cur, -(#nonce + 1)) == ':' .. nonce then
-      code = 1
-      expiry = tonumber(string.match(cur, '^tl1:(%d+):'))
-      pttl = redis.call('PTTL', lock)
-    else
-      code = 0
     end
+  elseif string.sub(cur, -(#nonce + 1)) == ':' .. nonce then
+    code = 1
+    expiry = tonumber(string.match(cur, '^tl1:(%d+):'))
+    pttl = redis.call('PTTL', lock)
+  else
+    code = 0
   end
   out[3 * i - 2], out[3 * i - 1], out[3 * i] = code, expiry, pttl
 end

@@ -37,39 +37,44 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             }
         };
         let cur = String::from_utf8_lossy(&cur).into_owned();
-        let last = match db.get(fence_key) {
-            Ok(None) => None,
-            Ok(Some(raw)) => match fence_token(&raw) {
-                Some(_) => Some(String::from_utf8(raw).expect("digits are utf-8")),
-                None => {
-                    outcome(&mut out, -2, 0, 0);
-                    continue;
-                }
-            },
-            Err(_) => {
-                outcome(&mut out, -2, 0, 0);
-                continue;
-            }
-        };
         let Some((expiry, fence)) = lease_parts(&cur) else {
             outcome(&mut out, -2, 0, 0);
             continue;
         };
         if cur == *lease {
             let ttl = int_arg(args, 3 * i + 2)? as u64;
+            // The fence key is checked and written only when it would not outlive the renewed
+            // lease by the retention; then to outlive it by 1.5 retentions (as the Lua does).
+            let refresh = db.pttl(fence_key) < (ttl + retention) as i64;
+            let last = if refresh {
+                match db.get(fence_key) {
+                    Ok(None) => None,
+                    Ok(Some(raw)) if fence_token(&raw).is_some() => {
+                        Some(String::from_utf8(raw).expect("digits are utf-8"))
+                    }
+                    _ => {
+                        outcome(&mut out, -2, 0, 0);
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let fence = fence.to_owned();
             let renewed = format!("{LEASE_PREFIX}{}:{fence}:{nonce}", now + ttl);
             db.set(lock, renewed, Some(Duration::from_millis(ttl)));
-            let number = |digits: &str| digits.parse::<f64>().unwrap_or(f64::INFINITY);
-            let keep = match last {
-                Some(last) if number(&last) >= number(&fence) => last,
-                _ => fence,
-            };
-            db.set(
-                fence_key,
-                keep,
-                Some(Duration::from_millis(ttl + retention)),
-            );
+            if refresh {
+                let number = |digits: &str| digits.parse::<f64>().unwrap_or(f64::INFINITY);
+                let keep = match last {
+                    Some(last) if number(&last) >= number(&fence) => last,
+                    _ => fence,
+                };
+                db.set(
+                    fence_key,
+                    keep,
+                    Some(Duration::from_millis(ttl + retention + retention / 2)),
+                );
+            }
             outcome(&mut out, 1, (now + ttl) as i64, ttl as i64);
         } else if cur.ends_with(&format!(":{nonce}")) {
             // A repeat whose reply was lost: the lease it made, with the time it has left.

@@ -134,22 +134,27 @@ async fn a_lease_deleted_under_the_batch_is_lost_for_its_guard_only() {
     );
 }
 
-/// A batch whose reply is lost (the fault proxy drops it and resets the connection): nothing
-/// is declared lost, the batch is repeated with the same nonces and every guard stays held. With
+/// A batch whose replies are lost (the fault proxy drops the call's and its immediate repeat's):
+/// nothing is declared lost, a later batch repeats the renewals with the same nonces (a new
+/// nonce would find the lease the lost call made, another's) and every guard stays held. With
 /// the server out of reach altogether, a guard is lost at its own deadline and never before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_whose_reply_is_lost_loses_nothing_before_its_deadline() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
-    let store = proxy.store().await;
-    let lease = Duration::from_millis(600);
+    // A reply that does not come fails the call in 100 ms (the default is 2 s).
+    let mut options = tairlock::store::RedisOptions::default();
+    options.response_timeout = Duration::from_millis(100);
+    let store = proxy.store_with(options).await;
+    let lease = Duration::from_millis(1_500);
     let locks = ExpireLock::with_options(store.clone(), Options::default().watchdog_lease(lease));
     let guards = hold(&locks, 300).await;
     let sha = tairlock::scripts::RENEW_MANY.sha1().to_owned();
-    proxy.drop_replies_matching(Which::All, sha.as_bytes(), 1);
+    // The call and its immediate repeat: the next batch repeats them, with the same nonces.
+    proxy.drop_replies_matching(Which::All, sha.as_bytes(), 2);
     tokio::time::sleep(lease * 2).await;
     assert!(
-        proxy.faults().get("drop_reply").copied().unwrap_or(0) >= 1,
+        proxy.faults().get("drop_reply").copied().unwrap_or(0) >= 2,
         "{:?}",
         proxy.faults()
     );

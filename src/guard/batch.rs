@@ -284,7 +284,13 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
                     Found::Renewed(lease) => {
                         shared.live.renewal_outcome(&Ok(()));
                         if shared.adopt(lease) == super::Renewal::Renewed {
-                            later.push((now + shared.ttl / 3, shared.clone()));
+                            // A repeat's lease has less left than a fresh one (it runs from the
+                            // first send): the next renewal comes sooner then.
+                            let left = shared
+                                .live
+                                .deadline()
+                                .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+                            later.push((now + (shared.ttl / 3).min(left / 2), shared.clone()));
                         }
                     }
                     Found::Gone(reason) => {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::observe::{Hold, Loss, ReleaseOutcome};
@@ -59,8 +59,11 @@ pub struct RenewalAttempt {
 pub struct Liveness {
     /// The deadline of the lease in effect; a change wakes whatever waits for it
     /// ([`lost`](Liveness::lost)).
-    deadline: watch::Sender<Option<Instant>>,
-    lost: watch::Sender<bool>,
+    deadline: Mutex<Option<Instant>>,
+    lost: AtomicBool,
+    /// Wakes whatever waits in [`lost`](Liveness::lost) when the flag or the deadline changes;
+    /// made by the first such wait (most guards never wait, and a guard is small without it).
+    changed: std::sync::OnceLock<Notify>,
     renewing: tokio::sync::Mutex<()>,
     watchdog: Mutex<Option<tokio::task::AbortHandle>>,
     /// Set when a release starts: a watchdog poll that takes the renewal lock after that sends
@@ -78,8 +81,9 @@ impl Liveness {
     /// Not lost, valid until `deadline` (`None`: no local deadline is known).
     pub fn new(deadline: Option<Instant>) -> Self {
         Liveness {
-            deadline: watch::channel(deadline).0,
-            lost: watch::channel(false).0,
+            deadline: Mutex::new(deadline),
+            lost: AtomicBool::new(false),
+            changed: std::sync::OnceLock::new(),
             renewing: tokio::sync::Mutex::new(()),
             watchdog: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -118,18 +122,24 @@ impl Liveness {
 
     /// The local deadline of the lease in effect.
     pub fn deadline(&self) -> Option<Instant> {
-        *self.deadline.borrow()
+        *self.deadline.lock()
     }
 
     /// A renewal landed: the lease is valid until `deadline` now (earlier or later than
     /// before). Whatever waits for the deadline ([`lost`](Self::lost)) is woken to read it
     /// again.
     pub fn set_deadline(&self, deadline: Option<Instant>) {
-        self.deadline.send_if_modified(|current| {
-            let changed = *current != deadline;
-            *current = deadline;
-            changed
-        });
+        let changed = std::mem::replace(&mut *self.deadline.lock(), deadline) != deadline;
+        if changed {
+            self.wake();
+        }
+    }
+
+    /// Wake whatever waits in [`lost`](Self::lost).
+    fn wake(&self) {
+        if let Some(changed) = self.changed.get() {
+            changed.notify_waiters();
+        }
     }
 
     /// A renewal landed, valid until `deadline`: [`Renewal::Renewed`], or [`Renewal::Lost`] if
@@ -196,21 +206,18 @@ impl Liveness {
     /// The lease is gone: lost for good. Silent: a release ends a hold this way; use
     /// [`lose`](Self::lose) for a loss.
     pub fn mark_lost(&self) {
-        self.lost.send_replace(true);
+        self.lost.store(true, Ordering::SeqCst);
+        self.wake();
     }
 
     /// The lease is lost for `reason`: lost for good, and reported (a `warn` event and the
     /// loss counter) unless it was lost or released before.
     pub fn lose(&self, reason: Loss) {
         // Reported before the watchers wake, so that the reason comes before whatever they say.
-        self.lost.send_if_modified(|lost| {
-            if *lost {
-                return false;
-            }
-            *lost = true;
+        if !self.lost.swap(true, Ordering::SeqCst) {
             self.observe.lost(reason);
-            true
-        });
+            self.wake();
+        }
     }
 
     /// The hold ended by a release with `outcome` (`background`: a dropped guard's, which
@@ -226,7 +233,7 @@ impl Liveness {
 
     /// Whether the guard is lost: marked so, or past its deadline. Once true, stays true.
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.past_deadline()
+        self.lost.load(Ordering::SeqCst) || self.past_deadline()
     }
 
     /// Resolves when the guard is lost: when marked so, or at the deadline in effect — a
@@ -237,24 +244,24 @@ impl Liveness {
     ///
     /// Cancel safe: dropping it changes nothing.
     pub async fn lost(&self) {
-        let mut lost = self.lost.subscribe();
-        let mut moved = self.deadline.subscribe();
+        let changed = self.changed.get_or_init(Notify::new);
         loop {
-            if *lost.borrow_and_update() {
+            // Registered before the state is read: a change after this wakes the wait below.
+            let notified = changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.lost.load(Ordering::SeqCst) {
                 return;
             }
-            // Read and marked seen together: a change after this wakes the wait below.
-            let deadline = *moved.borrow_and_update();
+            let deadline = self.deadline();
             let until_deadline = async {
                 match deadline {
                     Some(deadline) => tokio::time::sleep_until(deadline).await,
                     None => std::future::pending().await,
                 }
             };
-            // Both senders live as long as `self`: `changed` cannot fail here.
             tokio::select! {
-                _ = lost.changed() => {}
-                _ = moved.changed() => {}
+                () = notified => {}
                 () = until_deadline => {
                     if self.past_deadline() {
                         self.lose(Loss::Deadline);

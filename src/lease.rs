@@ -48,6 +48,21 @@ impl Lease {
         })
     }
 
+    /// The lease a renewal of this one to `expiry_ms` under `nonce` writes: the same fence, the
+    /// new expiry and nonce (`tl1:<expiry>:<fence>:<nonce>`), with no deadline yet. Built here
+    /// rather than read back, for a renewal whose answer reports the expiry only.
+    pub(crate) fn rotated(&self, expiry_ms: u64, nonce: &str) -> Lease {
+        let value = crate::scripts::format_lease(expiry_ms, self.fence, nonce);
+        Lease {
+            nonce_at: value.len() - nonce.len(),
+            value,
+            expires_at: Duration::from_millis(expiry_ms),
+            fence: self.fence,
+            deadline: None,
+            unconfirmed: false,
+        }
+    }
+
     /// This lease as the answer to a request first sent at `sent` granted or renewed it,
     /// reporting `remaining`: its deadline is the [deadline rule](crate::deadline)'s, and no
     /// other way to give a lease a deadline of its own exists.
@@ -169,6 +184,15 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_rotated_lease_reads_back_as_itself() {
+        let lease = Lease::parse("tl1:1700000000123:42:00ff").unwrap();
+        let rotated = lease.rotated(1_700_000_003_123, "abcd");
+        assert_eq!(Lease::parse(rotated.value()), Some(rotated.clone()));
+        assert_eq!(rotated.value(), "tl1:1700000003123:42:abcd");
+        assert_eq!((rotated.fence(), rotated.nonce()), (42, "abcd"));
     }
 
     #[test]

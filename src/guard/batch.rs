@@ -33,7 +33,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
 use crate::observe::Loss;
 use crate::script::{Reply, unexpected};
-use crate::scripts::{RENEW_MANY, format_lease};
+use crate::scripts::RENEW_MANY;
 use crate::store::Store;
 
 /// The most leases one [`RENEW_MANY`] call carries (about half a millisecond of server time).
@@ -223,7 +223,12 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
             continue;
         };
         let lease = shared.current();
-        let Ok(request) = shared.locks.keys(&shared.name) else {
+        // The lock's two keys only (its name was checked when it was acquired).
+        let keyspace = &shared.locks.options().keyspace;
+        let (Ok(lock_key), Ok(fence_key)) = (
+            keyspace.key(&shared.name, ""),
+            keyspace.key(&shared.name, ":fence"),
+        ) else {
             continue;
         };
         let attempt = shared.live.renewal_attempt(ttl);
@@ -233,7 +238,7 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
         if args.is_empty() {
             args.push(shared.locks.retention_ms());
         }
-        keys.extend([request.lock, request.fence]);
+        keys.extend([lock_key, fence_key]);
         args.extend([
             lease.value().to_owned(),
             ttl_ms.to_string(),
@@ -337,9 +342,11 @@ fn decode<S>(
                 let expiry = u64::try_from(int(1)?).map_err(|_| unexpected(&RENEW_MANY, reply))?;
                 let remaining = Remaining::from_server_ms(int(2)?)
                     .ok_or_else(|| unexpected(&RENEW_MANY, reply))?;
-                let renewed = Lease::parse(&format_lease(expiry, lease.fence(), &attempt.nonce))
-                    .ok_or_else(|| unexpected(&RENEW_MANY, reply))?;
-                Found::Renewed(renewed.dated(attempt.sent, remaining))
+                Found::Renewed(
+                    lease
+                        .rotated(expiry, &attempt.nonce)
+                        .dated(attempt.sent, remaining),
+                )
             }
             0 => Found::Gone(Loss::HeldByOther),
             -1 => Found::Gone(Loss::Gone),

@@ -248,7 +248,8 @@ pub struct Inspection {
 #[derive(Debug, Clone)]
 pub struct ExpireLock<S> {
     store: S,
-    options: Options,
+    /// Shared by the clones (every guard keeps one).
+    options: std::sync::Arc<Options>,
     pub(crate) local: std::sync::Arc<crate::engine::Waiters>,
     /// The watchdog of this handle's guards: one task renewing their leases in batches.
     pub(crate) renewer: std::sync::Arc<crate::guard::Renewer<S>>,
@@ -264,7 +265,7 @@ impl<S: Store> ExpireLock<S> {
     pub fn with_options(store: S, options: Options) -> Self {
         ExpireLock {
             store,
-            options,
+            options: std::sync::Arc::new(options),
             local: Default::default(),
             renewer: Default::default(),
         }

@@ -43,7 +43,7 @@ for i = 1, #KEYS / 2 do
       code = -2
     else
       expiry = now_ms + ttl
-      redis.call('SET', lock, string.format('tl1:%d:%s:%s', expiry, fence, nonce), 'PX', ttl)
+      redis.call('SET', lock, string.format('tl1:%d:%s:%s', expiry, fence, nonce), 'PX', ARGV[3 * i])
       if refresh then
         if not last or tonumber(last) < tonumber(fence) then
           last = fence

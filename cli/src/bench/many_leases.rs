@@ -25,8 +25,11 @@ use super::common::{BenchRow, ManyLeases, ManyLeasesRow, options};
 use super::counted::BenchStore;
 use super::sample::row;
 
-/// How many acquisitions (and releases) are in flight at once.
-const IN_FLIGHT: usize = 2_000;
+/// How many acquisitions are in flight at once.
+const IN_FLIGHT: usize = 256;
+
+/// How many releases are in flight at once.
+const RELEASES_IN_FLIGHT: usize = 20_000;
 
 /// Run `many-leases` (see the [module docs](self)).
 ///
@@ -43,21 +46,24 @@ pub async fn many_leases<S: BenchStore>(
         hold,
     } = settings;
     let locks = ExpireLock::with_options(store.clone(), options().watchdog_lease(lease));
-    let mut guards = Vec::with_capacity(leases);
     let rss_before = rss_bytes();
     let started = Instant::now();
-    let mut next = 0;
-    let mut pending = JoinSet::new();
-    while next < leases || !pending.is_empty() {
-        while next < leases && pending.len() < IN_FLIGHT {
-            let locks = locks.clone();
-            let name = format!("many:{next}");
-            pending.spawn(async move { locks.lock(&name).await });
-            next += 1;
-        }
-        if let Some(done) = pending.join_next().await {
-            guards.push(done.expect("acquire task panicked")?);
-        }
+    // A fixed set of tasks, each acquiring its share in turn: the memory measured is the
+    // guards', not that of a crowd of acquisitions in flight.
+    let mut workers = JoinSet::new();
+    for w in 0..IN_FLIGHT.min(leases) {
+        let locks = locks.clone();
+        workers.spawn(async move {
+            let mut mine = Vec::with_capacity(leases / IN_FLIGHT + 1);
+            for i in (w..leases).step_by(IN_FLIGHT) {
+                mine.push(locks.lock(&format!("many:{i}")).await?);
+            }
+            Ok::<_, tairlock::Error>(mine)
+        });
+    }
+    let mut guards = Vec::with_capacity(leases);
+    while let Some(done) = workers.join_next().await {
+        guards.extend(done.expect("acquire task panicked")?);
     }
     let acquired_in = started.elapsed();
     let rss_after = rss_bytes();
@@ -78,7 +84,7 @@ pub async fn many_leases<S: BenchStore>(
     let mut not_released = 0;
     for guard in guards {
         releases.spawn(guard.release());
-        if releases.len() >= IN_FLIGHT * 10
+        if releases.len() >= RELEASES_IN_FLIGHT
             && let Some(done) = releases.join_next().await
         {
             not_released += usize::from(done.expect("release task panicked")? != Unlock::Released);

@@ -115,6 +115,16 @@ async fn exercise_expire_lock(store: &Recording, name: &str) {
     locks.expire_unlock(name, &lease).await.unwrap();
     let _ = locks.expire_lock(name, LEASE).await.unwrap();
     locks.force_unlock(name).await.unwrap();
+    // The batched watchdog: guards of two locks (two slots, mostly) renewed by one task; on a
+    // store that does not say it is one server, each call carries the leases of one slot.
+    let short = tairlock::Options::default().watchdog_lease(Duration::from_millis(150));
+    let locks = ExpireLock::with_options(store.clone(), short);
+    let other = format!("{}-2", name.replace(['{', '}'], ""));
+    let first = locks.lock(name).await.unwrap();
+    let second = locks.lock(&other).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    first.release().await.unwrap();
+    second.release().await.unwrap();
 }
 
 /// The fair mode: a waiter queues, a release grants to it (announcing on its wake channel, in

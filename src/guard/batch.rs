@@ -7,7 +7,8 @@
 //! one task on the store's runtime wakes when the first is due, takes every lease due within a
 //! short window, and renews them with [`RENEW_MANY`]: up to [`BATCH`] leases per call on a store
 //! whose keys all live on one server ([`Store::single_shard`]), the leases of one hash slot per
-//! call otherwise. The calls of one round are sent together (pipelined on the connection).
+//! call otherwise. The calls of one round (at most [`ROUND`] leases) are sent together
+//! (pipelined on the connection).
 //!
 //! Each lease keeps the rules of a guard's own watchdog ([`Liveness`]): its renewal is an
 //! attempt with a nonce, repeated with the same nonce while no answer came; its outcome is
@@ -38,6 +39,10 @@ use crate::store::Store;
 
 /// The most leases one [`RENEW_MANY`] call carries (about half a millisecond of server time).
 pub(crate) const BATCH: usize = 256;
+
+/// The most leases one round sends (its calls go out together): a watchdog that fell behind
+/// renews the most urgent first, with bounded memory, rather than everything due at once.
+const ROUND: usize = 16 * BATCH;
 
 /// How much earlier than due a lease may be renewed to join a batch: at most this, and at most
 /// a quarter of its renewal interval.
@@ -124,7 +129,7 @@ impl<S: Store> Renewer<S> {
         let mut early = Vec::new();
         while let Some(entry) = state.due.first_entry() {
             let (at, _) = *entry.key();
-            if at > now + WINDOW {
+            if at > now + WINDOW || taken.len() >= ROUND {
                 break;
             }
             let Some(shared) = entry.remove().upgrade() else {

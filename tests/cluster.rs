@@ -69,6 +69,29 @@ async fn expire_lock_on(cluster: &RedisCluster, store: &ClusterStore) {
     }
 }
 
+/// Guards over many slots on every master, renewed by the batched watchdog: a call per slot
+/// (a cluster refuses keys of several slots in one script), none lost over several intervals,
+/// every lease still the one in effect at the release.
+async fn batched_renewals_on(cluster: &RedisCluster, store: &ClusterStore) {
+    let lease = Duration::from_millis(600);
+    let locks = ExpireLock::with_options(
+        store.clone(),
+        tairlock::Options::default().watchdog_lease(lease),
+    );
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(locks.lock(&format!("batch:{i}")).await.unwrap());
+    }
+    tokio::time::sleep(lease * 2).await;
+    for guard in guards {
+        let name = guard.name().to_owned();
+        if guard.is_lost() {
+            cluster.fail(format!("{name}: lost while every master answered"));
+        }
+        assert_eq!(guard.release().await.unwrap(), Unlock::Released, "{name}");
+    }
+}
+
 async fn waiting_is_woken_by_notification(cluster: &RedisCluster, store: &ClusterStore) {
     // The holder's lease is 30 s; a waiter that gets the lock within a few seconds of the
     // release was woken by the release message, not by its lease-bounded fallback.
@@ -267,6 +290,7 @@ async fn every_lock_kind_on_three_masters() {
     let cluster = RedisCluster::start(3);
     let store = cluster.store().await;
     expire_lock_on(&cluster, &store).await;
+    batched_renewals_on(&cluster, &store).await;
     waiting_is_woken_by_notification(&cluster, &store).await;
     contention_across_masters(&cluster, &store).await;
     fair_handoff_on(&cluster, &store).await;

@@ -1,8 +1,12 @@
 //! RAII guards for the expire lock, and the watchdog that renews their leases.
 //!
-//! A [`LockGuard`] owns one lease. Without an explicit lease time the guard runs a **watchdog**:
-//! a task that renews the lease at a third of its length for as long as the guard lives, and
-//! stops on release and on drop. A renewal whose reply does not come (a timeout, a dropped
+//! A [`LockGuard`] owns one lease. Without an explicit lease time the guard's lease is renewed
+//! by a **watchdog** at a third of its length for as long as the guard lives, until release or
+//! drop. The guards of one [`ExpireLock`] handle (and its clones) share one watchdog task on the
+//! store's runtime, which renews every lease due within a short window in batches, one script
+//! call per batch of up to 256 leases (per hash slot on a cluster): holding many locks costs a
+//! few calls a second, not one per lease. Each lease's outcome in a batch is its own guard's
+//! only. Fair-mode guards renew with a task of their own. A renewal whose reply does not come (a timeout, a dropped
 //! connection) may have been applied: it is repeated with the same nonce until an answer comes,
 //! so a slow server never makes a live holder give up. When a renewal finds the lease gone (it
 //! expired, or someone force-unlocked it) or no renewal is answered before the lease's local

@@ -252,7 +252,7 @@ pub struct ExpireLock<S> {
     options: std::sync::Arc<Options>,
     pub(crate) local: std::sync::Arc<crate::engine::Waiters>,
     /// The watchdog of this handle's guards: one task renewing their leases in batches.
-    pub(crate) renewer: std::sync::Arc<crate::guard::Renewer<S>>,
+    pub(crate) renewer: std::sync::Arc<crate::guard::Renewer>,
 }
 
 impl<S: Store> ExpireLock<S> {

@@ -19,16 +19,16 @@
 //!
 //! [`Liveness`]: super::Liveness
 
+use std::any::Any;
 use std::collections::BTreeMap;
-use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Shared;
+use super::queue::{Entry, Renewer};
 use crate::deadline::Remaining;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::Lease;
@@ -48,56 +48,29 @@ const ROUND: usize = 16 * BATCH;
 /// a quarter of its renewal interval.
 const WINDOW: Duration = Duration::from_millis(100);
 
-/// The queue of leases to renew, and the task that renews them. See the [module docs](self).
-pub(crate) struct Renewer<S> {
-    state: Mutex<State<S>>,
-    /// Woken when a lease is queued ahead of the one the task sleeps for.
-    wake: tokio::sync::Notify,
+/// The guard's entry in the queue.
+fn entry<S: Store>(shared: &Arc<Shared<S>>) -> Entry {
+    let any: Arc<dyn Any + Send + Sync> = shared.clone();
+    Arc::downgrade(&any)
 }
 
-struct State<S> {
-    /// Each guard by when its lease is due for renewal (and a number, for uniqueness). A guard
-    /// released or dropped meanwhile is skipped when its turn comes.
-    due: BTreeMap<(Instant, u64), Weak<Shared<S>>>,
-    next: u64,
-    /// The task, while it runs; it ends when nothing is queued.
-    task: Option<JoinHandle<()>>,
+/// The guard behind `entry`, if it still lives (every entry of one queue is of one store type:
+/// the queue belongs to one lock handle).
+fn guard<S: Store>(entry: &Entry) -> Option<Arc<Shared<S>>> {
+    entry.upgrade()?.downcast::<Shared<S>>().ok()
 }
 
-impl<S> Default for Renewer<S> {
-    fn default() -> Self {
-        Renewer {
-            state: Mutex::new(State {
-                due: BTreeMap::new(),
-                next: 0,
-                task: None,
-            }),
-            wake: tokio::sync::Notify::new(),
-        }
-    }
-}
-
-impl<S> fmt::Debug for Renewer<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Renewer")
-            .field("queued", &self.state.lock().due.len())
-            .finish()
-    }
-}
-
-impl<S: Store> Renewer<S> {
+impl Renewer {
     /// Queue `shared`'s lease for renewal at `at`, starting the task if it is not running.
-    pub(crate) fn schedule(self: &Arc<Self>, shared: &Arc<Shared<S>>, at: Instant) {
+    pub(crate) fn schedule<S: Store>(self: &Arc<Self>, shared: &Arc<Shared<S>>, at: Instant) {
         let mut state = self.state.lock();
         let first = state.due.first_key_value().map(|((t, _), _)| *t);
-        let id = state.next;
-        state.next += 1;
-        state.due.insert((at, id), Arc::downgrade(shared));
+        state.insert(at, entry(shared));
         // A runtime shut down ends its tasks: a new one is started on the next registration.
         if state.task.as_ref().is_none_or(JoinHandle::is_finished) {
             let store = shared.locks.store();
             let task = crate::blocking::spawn_handle(store.runtime())
-                .spawn(run(self.clone(), store.single_shard()));
+                .spawn(run::<S>(self.clone(), store.single_shard()));
             state.task = Some(task);
         } else if first.is_none_or(|first| at < first) {
             self.wake.notify_one();
@@ -105,18 +78,19 @@ impl<S: Store> Renewer<S> {
     }
 
     /// Put back leases to renew later.
-    fn schedule_all(&self, later: Vec<(Instant, Arc<Shared<S>>)>) {
+    fn schedule_all<S: Store>(&self, later: Vec<(Instant, Arc<Shared<S>>)>) {
         let mut state = self.state.lock();
         for (at, shared) in later {
-            let id = state.next;
-            state.next += 1;
-            state.due.insert((at, id), Arc::downgrade(&shared));
+            state.insert(at, entry(&shared));
         }
     }
 
     /// The leases due now (within their window), or when the first one is due; `None` (and the
     /// task is over) when nothing is queued.
-    fn take_due(&self, now: Instant) -> Option<std::result::Result<Vec<Arc<Shared<S>>>, Instant>> {
+    fn take_due<S: Store>(
+        &self,
+        now: Instant,
+    ) -> Option<std::result::Result<Vec<Arc<Shared<S>>>, Instant>> {
         let mut state = self.state.lock();
         let Some(((first, _), _)) = state.due.first_key_value() else {
             state.task = None;
@@ -132,7 +106,7 @@ impl<S: Store> Renewer<S> {
             if at > now + WINDOW || taken.len() >= ROUND {
                 break;
             }
-            let Some(shared) = entry.remove().upgrade() else {
+            let Some(shared) = guard::<S>(&entry.remove()) else {
                 continue;
             };
             if shared.live.is_stopped() {
@@ -145,18 +119,16 @@ impl<S: Store> Renewer<S> {
             }
         }
         for (at, shared) in early {
-            let id = state.next;
-            state.next += 1;
-            state.due.insert((at, id), Arc::downgrade(&shared));
+            state.insert(at, entry(&shared));
         }
         Some(Ok(taken))
     }
 }
 
 /// The task: renew what is due, sleep until the next is, end when nothing is queued.
-async fn run<S: Store>(renewer: Arc<Renewer<S>>, single_shard: bool) {
+async fn run<S: Store>(renewer: Arc<Renewer>, single_shard: bool) {
     loop {
-        let due = match renewer.take_due(Instant::now()) {
+        let due = match renewer.take_due::<S>(Instant::now()) {
             None => return,
             Some(Err(first)) => {
                 tokio::select! {
@@ -237,9 +209,9 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
             continue;
         };
         let attempt = shared.live.renewal_attempt(ttl);
-        let Ok(ttl_ms) = crate::expire_lock::ttl_ms(attempt.ttl) else {
-            continue;
-        };
+        // Whole milliseconds, rounded up (as every lease length is sent); at least 1 ms, and
+        // no longer than the guard's lease, which was checked when it was acquired.
+        let ttl_ms = attempt.ttl.as_micros().div_ceil(1000).max(1);
         if args.is_empty() {
             args.push(shared.locks.retention_ms());
         }

@@ -32,8 +32,9 @@ use crate::store::Store;
 
 mod batch;
 mod liveness;
+mod queue;
 
-pub(crate) use self::batch::Renewer;
+pub(crate) use self::queue::Renewer;
 
 pub use self::liveness::{Liveness, Renewal, RenewalAttempt};
 

@@ -31,7 +31,9 @@ const IN_FLIGHT: usize = 256;
 /// How many releases are in flight at once.
 const RELEASES_IN_FLIGHT: usize = 20_000;
 
-/// Run `many-leases` (see the [module docs](self)).
+/// Run `many-leases`: hold `settings.leases` guards of `settings.lease` (the watchdog on) for
+/// `settings.hold`, then release them; the row carries the figures of the scenario table in
+/// [`bench`](crate::bench).
 ///
 /// # Errors
 ///

@@ -9,7 +9,7 @@
 //! | key | type | value | TTL | written by |
 //! |---|---|---|---|---|
 //! | `<prefix>{name}` | string | `tl1:<expiry ms>:<fence>:<nonce>` | the lease (`PX ttl`) | `expire_lock`, `renew`; deleted by `expire_unlock`, `force_unlock` |
-//! | `<prefix>{name}:fence` | string | last fencing token issued (decimal) | lease + fence retention | `expire_lock`, `renew` |
+//! | `<prefix>{name}:fence` | string | last fencing token issued (decimal) | lease + fence retention (up to 1.5 × the retention after a watchdog's renewal) | `expire_lock`, `renew`, the watchdog |
 //!
 //! # States
 //!
@@ -54,7 +54,9 @@ pub(crate) const WAITER_LEASE: Duration = Duration::from_secs(2);
 pub struct Options {
     /// Key prefix (default `tairlock:`).
     pub keyspace: Keyspace,
-    /// How long the last fencing token is kept after a lease ends (default 60 s).
+    /// How long the last fencing token is kept after a lease ends, at least (default 60 s). A
+    /// watchdog's batched renewal refreshes the fence key only when it would not outlive the
+    /// lease by this, to 1.5 times this: the token is then kept up to 1.5 times this long.
     pub fence_retention: Duration,
     /// The lease of guards without an explicit lease time, renewed by the watchdog at a third
     /// of its length (default 30 s).

@@ -44,7 +44,11 @@ async fn take(locks: &ExpireLock<RedisStore>, lease: Duration) -> tairlock::Resu
     loop {
         match locks.expire_lock("account:1", lease).await? {
             Acquire::Acquired(lease) => return Ok(lease),
-            Acquire::Held { remaining, .. } => tokio::time::sleep(remaining).await,
+            // Without a time to live (`None`) the holder keeps it until it releases: look again
+            // in a while.
+            Acquire::Held { remaining, .. } => {
+                tokio::time::sleep(remaining.unwrap_or(Duration::from_millis(250))).await;
+            }
         }
     }
 }

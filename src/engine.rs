@@ -20,7 +20,9 @@
 //!   while a refused attempt leaves something behind, such as a writer's intent). Dropped while
 //!   armed, or returning an error, the engine undoes in the background whatever the nonce may
 //!   hold; giving up in time, it undoes at once.
-//! - **The drift rule** ([`local_deadline`]): the local instant a lease must stop being relied on.
+//! - **The deadline rule** is not here: every lock kind dates its leases with
+//!   [`deadline::local_deadline`](crate::deadline::local_deadline), from the remaining time the
+//!   server's answer reports.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -167,7 +169,8 @@ pub trait Kind: Clone + Send + Sync + 'static {
     }
 }
 
-/// How long to wait when the server could not say how long the holder holds on.
+/// How long to wait at most when the server could not say how long the holder holds on (a lock
+/// key without a time to live, say): each such wait is jittered between half of this and this.
 pub const UNKNOWN_WAIT: Duration = Duration::from_millis(250);
 
 /// The least time a waiting call's first attempt is given, however short its patience: a
@@ -186,8 +189,12 @@ pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
 
 pub use crate::deadline::{DRIFT_FACTOR, drift};
 
-/// The drift rule: the local instant by which a lease of `ttl`, asked for at `sent`, must stop
-/// being relied on — `sent + ttl − (1% of ttl + 2 ms)`. Every lock kind's deadline is this.
+/// Superseded by [`deadline::local_deadline`](crate::deadline::local_deadline), which dates a
+/// lease from the remaining time the server's answer reports rather than from the length asked
+/// for (a repeated request gets back a lease with less time left than that). The core no longer
+/// calls this; it remains only until the other crates of the workspace have moved.
+///
+/// `sent + ttl − (1% of ttl + 2 ms)`.
 pub fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
     sent + ttl.saturating_sub(drift(ttl, DRIFT_FACTOR))
 }
@@ -533,8 +540,11 @@ async fn acquire_observed<K: Kind>(
             subscribe = true;
             continue;
         }
-        // Never sleep past the holder's lease: it may expire without a release.
-        let mut until = now + remaining.unwrap_or(UNKNOWN_WAIT) + Duration::from_millis(1);
+        // Never sleep past the holder's lease: it may expire without a release. When the server
+        // could not say how long (a key without a time to live), back off, jittered.
+        let remaining =
+            remaining.unwrap_or_else(|| UNKNOWN_WAIT.mul_f64(rand::rng().random_range(0.5..1.0)));
+        let mut until = now + remaining + Duration::from_millis(1);
         if let Some(every) = kind.refresh_every() {
             until = until.min(now + every);
         }

@@ -35,6 +35,7 @@
 use std::time::Duration;
 
 use crate::blocking;
+use crate::deadline::Remaining;
 use crate::error::{Error, Result};
 use crate::keys::{Keyspace, LockKeys};
 use crate::lease::{Lease, nonce};
@@ -144,8 +145,12 @@ pub enum Acquire {
     Held {
         /// The holder's lease.
         holder: Lease,
-        /// How long until it expires unless renewed: a waiter can sleep exactly this long.
-        remaining: Duration,
+        /// How long until it expires unless renewed, as the server reported it: a waiter can
+        /// sleep exactly this long. `None` when the lock key has no time to live (removed by
+        /// `PERSIST`, or a restore without one): it is held until released or force-unlocked,
+        /// and [`inspect`](ExpireLock::inspect) reports
+        /// [`no_expiry`](Inspection::no_expiry).
+        remaining: Option<Duration>,
     },
 }
 
@@ -200,6 +205,10 @@ pub struct Inspection {
     pub foreign: bool,
     /// The lock key's time to live.
     pub ttl: Ttl,
+    /// The lock key holds a lease but has no time to live ([`Ttl::Persistent`]: removed by
+    /// `PERSIST`, or a restore without one): it never expires by itself, only a release or a
+    /// force unlock frees it, and waiters back off as for a holder of unknown remaining time.
+    pub no_expiry: bool,
     /// The last fencing token issued, while the fence state is retained.
     pub last_fence: Option<u64>,
 }
@@ -309,7 +318,7 @@ impl<S: Store> ExpireLock<S> {
         let reply = self
             .eval_retrying(&EXPIRE_LOCK, &keys.both(), &args)
             .await?;
-        decode_acquire(&reply, sent, ttl)
+        decode_acquire(&reply, sent)
     }
 
     /// The keys and `ARGV` of one [`EXPIRE_LOCK`] call, after validating `name` and `ttl`.
@@ -379,16 +388,13 @@ pub(crate) fn decode_unlock(reply: &Reply) -> Result<Unlock> {
     }
 }
 
-/// Decode a [`RENEW`] reply for a request sent at `sent`.
-pub(crate) fn decode_renew(
-    reply: &Reply,
-    sent: tokio::time::Instant,
-    ttl: Duration,
-) -> Result<Renew> {
+/// Decode a [`RENEW`] reply for a request first sent at `sent`: the renewed lease is dated from
+/// `sent` and the time it has left as the reply reports it.
+pub(crate) fn decode_renew(reply: &Reply, sent: tokio::time::Instant) -> Result<Renew> {
     let items = array(reply, &RENEW)?;
     match items.first().and_then(Reply::as_int) {
         Some(1) => Ok(Renew::Renewed(
-            lease_at(items, 1, &RENEW)?.with_deadline(deadline(sent, ttl)),
+            lease_at(items, 1, &RENEW)?.dated(sent, Remaining::at(items, 2, &RENEW)?),
         )),
         Some(0) => Ok(Renew::HeldByOther),
         Some(-1) => Ok(Renew::NotHeld),
@@ -396,28 +402,31 @@ pub(crate) fn decode_renew(
     }
 }
 
-/// Decode an [`EXPIRE_LOCK`] reply for a request sent at `sent`.
-pub(crate) fn decode_acquire(
-    reply: &Reply,
-    sent: tokio::time::Instant,
-    ttl: Duration,
-) -> Result<Acquire> {
-    {
-        let items = array(reply, &EXPIRE_LOCK)?;
-        match items.first().and_then(Reply::as_int) {
-            Some(1) => Ok(Acquire::Acquired(
-                lease_at(items, 1, &EXPIRE_LOCK)?.with_deadline(deadline(sent, ttl)),
-            )),
-            Some(0) => {
-                let remaining = items.get(2).and_then(Reply::as_int).unwrap_or(0).max(0);
-                Ok(Acquire::Held {
-                    holder: lease_at(items, 1, &EXPIRE_LOCK)?,
-                    remaining: Duration::from_millis(remaining as u64),
-                })
-            }
-            _ => Err(unexpected(&EXPIRE_LOCK, reply)),
-        }
+/// Decode an [`EXPIRE_LOCK`] reply for a request sent at `sent`: a lease granted (or found
+/// granted, by a repeat) is dated from `sent` and the time it has left as the reply reports it.
+pub(crate) fn decode_acquire(reply: &Reply, sent: tokio::time::Instant) -> Result<Acquire> {
+    let items = array(reply, &EXPIRE_LOCK)?;
+    match items.first().and_then(Reply::as_int) {
+        Some(1) => Ok(Acquire::Acquired(
+            lease_at(items, 1, &EXPIRE_LOCK)?.dated(sent, Remaining::at(items, 2, &EXPIRE_LOCK)?),
+        )),
+        Some(0) => Ok(Acquire::Held {
+            holder: lease_at(items, 1, &EXPIRE_LOCK)?,
+            remaining: busy_remaining(items, 2),
+        }),
+        _ => Err(unexpected(&EXPIRE_LOCK, reply)),
     }
+}
+
+/// The holder's time left in a busy answer, element `i`: `None` when the server could not say
+/// (the key has no time to live: `PTTL` −1), never zero for that, which would have a waiter try
+/// again at once, forever.
+pub(crate) fn busy_remaining(items: &[Reply], i: usize) -> Option<Duration> {
+    items
+        .get(i)
+        .and_then(Reply::as_int)
+        .and_then(Remaining::from_server_ms)
+        .map(Remaining::get)
 }
 
 impl<S: Store> ExpireLock<S> {
@@ -465,11 +474,12 @@ impl<S: Store> ExpireLock<S> {
         let (keys, args) = self.renew_request(name, lease, ttl, nonce())?;
         let sent = tokio::time::Instant::now();
         let reply = self.eval_retrying(&RENEW, &keys, &args).await?;
-        decode_renew(&reply, sent, ttl)
+        decode_renew(&reply, sent)
     }
 
     /// [`renew`](Self::renew) as `attempt`: its nonce, its length, and a deadline dated from
-    /// its first send (a repeat may find the renewal applied then).
+    /// its first send (a repeat may find the renewal applied then) and the time the lease has
+    /// left as the answer reports it.
     pub(crate) async fn renew_attempt(
         &self,
         name: &str,
@@ -478,7 +488,7 @@ impl<S: Store> ExpireLock<S> {
     ) -> Result<Renew> {
         let (keys, args) = self.renew_request(name, lease, attempt.ttl, attempt.nonce.clone())?;
         let reply = self.eval_retrying(&RENEW, &keys, &args).await?;
-        decode_renew(&reply, attempt.sent, attempt.ttl)
+        decode_renew(&reply, attempt.sent)
     }
 
     /// Read the lock's state in one atomic snapshot: holder, remaining time, last fence.
@@ -494,12 +504,14 @@ impl<S: Store> ExpireLock<S> {
         let key_type = text(0).ok_or_else(|| unexpected(&INSPECT, &reply))?;
         let value = text(1);
         let holder = value.as_deref().and_then(Lease::parse);
+        let ttl = Ttl::from_pttl(items.get(2).and_then(Reply::as_int).unwrap_or(-2));
         Ok(Inspection {
             key: keys.lock,
             foreign: key_type != "none" && holder.is_none(),
+            no_expiry: holder.is_some() && ttl == Ttl::Persistent,
             key_type,
             holder,
-            ttl: Ttl::from_pttl(items.get(2).and_then(Reply::as_int).unwrap_or(-2)),
+            ttl,
             last_fence: text(3).and_then(|f| f.parse().ok()),
         })
     }
@@ -678,10 +690,6 @@ pub fn ttl_ms(ttl: Duration) -> Result<u64> {
     }
     // Round up: a lease never ends before the caller asked.
     Ok(ttl.as_micros().div_ceil(1000) as u64)
-}
-
-pub(crate) fn deadline(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
-    crate::engine::local_deadline(sent, ttl)
 }
 
 /// Element `i` of `script`'s array reply as a [`Lease`]: how every script that grants or reports

@@ -18,8 +18,10 @@
 //!   [`lock`](ExpireLock::lock) (every call that returns a guard) holds as soon as it reads it,
 //!   without another round trip, until a conservative local deadline: the grant was made after
 //!   the waiter's last attempt ran (its fencing token is above the mark that attempt returned),
-//!   so after that attempt was *sent*, and it lasts the grant's length from then:
-//!   deadline = that send + grant length − drift ([`local_deadline`](crate::engine::local_deadline)).
+//!   so after that attempt was *sent*, and it lasts the announced length from when it was made,
+//!   so at least that long from the send: deadline = that send + grant length − drift, the
+//!   [deadline rule](crate::deadline::local_deadline) with the announcement as the server's
+//!   answer, as for every lease.
 //!   The guard then confirms the lease at once in the background: a renewal
 //!   ([`ExpireLock::renew`]) to the full length, same fence; a definite refusal loses the
 //!   guard the usual way ([`LockGuard::is_lost`](crate::LockGuard::is_lost)). A grant for
@@ -49,9 +51,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::deadline::Remaining;
 use crate::engine::{Attempt, Kind, Patience};
 use crate::error::Result;
-use crate::expire_lock::{ExpireLock, Unlock, deadline, lease_at, ttl_ms};
+use crate::expire_lock::{ExpireLock, Unlock, busy_remaining, lease_at, ttl_ms};
 use crate::lease::Lease;
 use crate::script::{Reply, array, unexpected};
 use crate::scripts::{FAIR_LOCK, FAIR_UNLOCK};
@@ -129,16 +132,16 @@ impl<S: Store> ExpireLock<S> {
         match items.first().and_then(Reply::as_int) {
             Some(1) => Ok((
                 FairAttempt::Acquired(
-                    lease_at(items, 1, &FAIR_LOCK)?.with_deadline(deadline(sent, ttl)),
+                    lease_at(items, 1, &FAIR_LOCK)?
+                        .dated(sent, Remaining::at(items, 2, &FAIR_LOCK)?),
                 ),
                 0,
             )),
             Some(0) => {
-                let pttl = items.get(1).and_then(Reply::as_int).unwrap_or(0).max(0);
                 let mark = items.get(2).and_then(Reply::as_int).unwrap_or(0).max(0);
                 Ok((
                     FairAttempt::Busy {
-                        remaining: Duration::from_millis(pttl as u64),
+                        remaining: busy_remaining(items, 1),
                     },
                     mark as u64,
                 ))
@@ -211,8 +214,9 @@ impl<S: Store> ExpireLock<S> {
 /// A grant announced on a wake channel: `granted:<grant ms>:<lease>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
-    /// How long the grant lasts from the release.
-    pub(crate) length: Duration,
+    /// How long the grant lasts from the release that made it: the server's own report of the
+    /// lease's time left when it was made.
+    pub(crate) length: Remaining,
     /// The lease granted (its nonce is the waiter's).
     pub(crate) lease: Lease,
 }
@@ -225,7 +229,7 @@ impl Grant {
             return None;
         }
         Some(Grant {
-            length: Duration::from_millis(length.parse().ok()?),
+            length: Remaining::from_server_ms(length.parse().ok()?)?,
             lease: Lease::parse(lease)?,
         })
     }
@@ -239,8 +243,9 @@ pub enum FairAttempt {
     Acquired(Lease),
     /// Held by another lease, or free with a live waiter ahead.
     Busy {
-        /// How long the holder's lease (or the waiter ahead's place) lasts unless renewed.
-        remaining: Duration,
+        /// How long the holder's lease (or the waiter ahead's place) lasts unless renewed;
+        /// `None` when the lock key has no time to live (see [`Acquire::Held`](crate::Acquire)).
+        remaining: Option<Duration>,
     },
 }
 
@@ -295,9 +300,7 @@ impl<S: Store> Kind for Step<S> {
                 if mark > 0 {
                     self.mark.store(mark, Ordering::SeqCst);
                 }
-                Attempt::Busy {
-                    remaining: Some(remaining),
-                }
+                Attempt::Busy { remaining }
             }
         })
     }
@@ -312,8 +315,12 @@ impl<S: Store> Kind for Step<S> {
         if grant.lease.nonce() != nonce || grant.lease.fence() <= self.mark.load(Ordering::SeqCst) {
             return None;
         }
-        let deadline = crate::engine::local_deadline(sent, grant.length);
-        (deadline > Instant::now()).then(|| grant.lease.with_deadline(deadline).unconfirmed())
+        // The grant was made after `sent` and lasted `length` from then: dated as every lease.
+        let lease = grant.lease.dated(sent, grant.length);
+        lease
+            .deadline()
+            .is_some_and(|deadline| deadline > Instant::now())
+            .then(|| lease.unconfirmed())
     }
 
     async fn undo(self, nonce: String) {
@@ -398,7 +405,7 @@ mod tests {
     #[test]
     fn a_grant_announcement_parses_and_nothing_else_does() {
         let g = Grant::parse(&grant(42, NONCE)).unwrap();
-        assert_eq!(g.length, Duration::from_millis(2000));
+        assert_eq!(g.length.get(), Duration::from_millis(2000));
         assert_eq!((g.lease.fence(), g.lease.nonce()), (42, NONCE));
         for other in [
             "released",
@@ -430,9 +437,9 @@ mod tests {
         assert!(lease.is_unconfirmed());
         assert_eq!(
             lease.deadline(),
-            Some(crate::engine::local_deadline(
+            Some(crate::deadline::local_deadline(
                 sent,
-                Duration::from_millis(2000)
+                Remaining::from_server_ms(2000).unwrap()
             ))
         );
         // Read too late: its deadline has passed.

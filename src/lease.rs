@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::deadline::{Remaining, local_deadline};
 use crate::scripts::LEASE_PREFIX;
 
 /// The credential of a held expire lock: the only way to unlock or renew it.
@@ -47,8 +48,20 @@ impl Lease {
         })
     }
 
-    pub(crate) fn with_deadline(mut self, deadline: tokio::time::Instant) -> Self {
-        self.deadline = Some(deadline);
+    /// This lease as the answer to a request first sent at `sent` granted or renewed it,
+    /// reporting `remaining`: its deadline is the [deadline rule](crate::deadline)'s, and no
+    /// other way to give a lease a deadline of its own exists.
+    pub(crate) fn dated(mut self, sent: tokio::time::Instant, remaining: Remaining) -> Self {
+        self.deadline = Some(local_deadline(sent, remaining));
+        self
+    }
+
+    /// This lease with `earlier`'s deadline, when it has one: a renewal that does not count yet
+    /// (too few replicas acknowledged it) replaces the value but not the validity.
+    pub(crate) fn with_deadline_of(mut self, earlier: &Lease) -> Self {
+        if earlier.deadline.is_some() {
+            self.deadline = earlier.deadline;
+        }
         self
     }
 
@@ -85,9 +98,11 @@ impl Lease {
         &self.value[self.nonce_at..]
     }
 
-    /// The local instant by which this client must stop relying on the lease: the time the
-    /// request was sent plus the TTL, less a drift allowance (1% + 2 ms). `None` for a lease read
-    /// back by [`inspect`](crate::ExpireLock::inspect) rather than acquired here.
+    /// The local instant by which this client must stop relying on the lease: when the request
+    /// whose answer granted or renewed it was first sent, plus the time the lease had left as
+    /// that answer reported it, less a drift allowance (1% + 2 ms); see
+    /// [`deadline`](crate::deadline). `None` for a lease read back by
+    /// [`inspect`](crate::ExpireLock::inspect) rather than acquired here.
     pub fn deadline(&self) -> Option<tokio::time::Instant> {
         self.deadline
     }

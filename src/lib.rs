@@ -30,7 +30,8 @@
 //!         // ... the critical section; pass lease.fence() to the resource you write ...
 //!         locks.expire_unlock("orders:42", &lease).await?;
 //!     }
-//!     Acquire::Held { remaining, .. } => println!("busy for another {remaining:?}"),
+//!     Acquire::Held { remaining: Some(left), .. } => println!("busy for another {left:?}"),
+//!     Acquire::Held { remaining: None, .. } => println!("busy, and the key has no expiry"),
 //! }
 //! # Ok(())
 //! # }

@@ -33,9 +33,10 @@ use futures_util::future::join_all;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::deadline::Remaining;
 use crate::engine::{self, Attempt, Kind, Patience};
 use crate::error::{Error, ErrorKind, Result};
-use crate::expire_lock::{ExpireLock, Renew, Unlock, lease_at};
+use crate::expire_lock::{ExpireLock, Renew, Unlock, busy_remaining, lease_at};
 use crate::guard::{Liveness, Renewal};
 use crate::keys::key_slot;
 use crate::lease::Lease;
@@ -239,34 +240,25 @@ impl<S: Store> ManyStep<S> {
             .locks
             .eval_retrying(&LOCK_MANY, &self.keys, &args)
             .await?;
-        decode_many(&reply, sent, self.ttl, self.names.len())
+        decode_many(&reply, sent, self.names.len())
     }
 }
 
-/// Decode a [`LOCK_MANY`] reply for `n` locks, sent at `sent`.
-fn decode_many(
-    reply: &Reply,
-    sent: Instant,
-    ttl: Duration,
-    n: usize,
-) -> Result<Attempt<Vec<Lease>>> {
+/// Decode a [`LOCK_MANY`] reply for `n` locks, sent at `sent`: each lease is dated from `sent`
+/// and the time it has left as the reply reports it (a repeat finds leases with less).
+fn decode_many(reply: &Reply, sent: Instant, n: usize) -> Result<Attempt<Vec<Lease>>> {
     let items = array(reply, &LOCK_MANY)?;
     match items.first().and_then(Reply::as_int) {
-        Some(1) if items.len() == n + 1 => {
-            (1..=n)
-                .map(|i| {
-                    Ok(lease_at(items, i, &LOCK_MANY)?
-                        .with_deadline(engine::local_deadline(sent, ttl)))
-                })
-                .collect::<Result<Vec<_>>>()
-                .map(Attempt::Acquired)
-        }
-        Some(0) => {
-            let remaining = items.get(3).and_then(Reply::as_int).unwrap_or(0).max(0);
-            Ok(Attempt::Busy {
-                remaining: Some(Duration::from_millis(remaining as u64)),
+        Some(1) if items.len() == 2 * n + 1 => (0..n)
+            .map(|i| {
+                Ok(lease_at(items, 2 * i + 1, &LOCK_MANY)?
+                    .dated(sent, Remaining::at(items, 2 * i + 2, &LOCK_MANY)?))
             })
-        }
+            .collect::<Result<Vec<_>>>()
+            .map(Attempt::Acquired),
+        Some(0) => Ok(Attempt::Busy {
+            remaining: busy_remaining(items, 3),
+        }),
         _ => Err(unexpected(&LOCK_MANY, reply)),
     }
 }

@@ -90,8 +90,9 @@ pub enum ReplicatedAcquire {
     Held {
         /// The holder's lease.
         holder: Lease,
-        /// How long until it expires unless renewed.
-        remaining: Duration,
+        /// How long until it expires unless renewed; `None` when the lock key has no time to
+        /// live (see [`Acquire::Held`]).
+        remaining: Option<Duration>,
     },
     /// The script granted the lock but too few replicas acknowledged within the timeout: the
     /// grant was rolled back (or, if `rolled_back` is false, the rollback failed and the grant
@@ -257,7 +258,7 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
         let (reply, acks, repeated) = self
             .eval_acked(&EXPIRE_LOCK, &keys, &args, self.wait, true)
             .await?;
-        let (lease, acks) = match decode_acquire(&reply, sent, ttl)? {
+        let (lease, acks) = match decode_acquire(&reply, sent)? {
             Acquire::Held { holder, remaining } => {
                 return Ok(ReplicatedAcquire::Held { holder, remaining });
             }
@@ -443,7 +444,7 @@ impl<S: ReplicaStore> ReplicatedLock<S> {
                 .renew_request(name, &lease, attempt.ttl, nonce_now)?;
             let (reply, acks, repeated) =
                 self.eval_acked(&RENEW, &keys, &args, wait, retry).await?;
-            match decode_renew(&reply, sent, attempt.ttl)? {
+            match decode_renew(&reply, sent)? {
                 Renew::Renewed(renewed) if (repeated || repeat) && settle_repeat => {
                     return Ok(ReplicatedRenew::NotAcknowledged {
                         lease: renewed,

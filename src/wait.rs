@@ -69,9 +69,7 @@ impl<S: Store> Kind for Step<S> {
             .await?;
         Ok(match outcome {
             Acquire::Acquired(lease) => Attempt::Acquired(lease),
-            Acquire::Held { remaining, .. } => Attempt::Busy {
-                remaining: Some(remaining),
-            },
+            Acquire::Held { remaining, .. } => Attempt::Busy { remaining },
         })
     }
 

@@ -14,10 +14,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tairlock::keys::key_slot;
 use tairlock::store::{Acks, WaitFor};
 use tairlock::{
-    ExpireLock, Lease, MemoryStore, Redlock, RedlockOptions, ReplicaStore, ReplicatedLock, Reply,
-    Script, Store,
+    ExpireLock, Lease, MemoryStore, Options, Redlock, RedlockOptions, ReplicaStore, ReplicatedLock,
+    Reply, Script, Semaphore, Store,
 };
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
 use tairlock_legacy::{Holding, Profile, ScriptedLock, Unit, WatchLock, WatchStore};
@@ -243,6 +244,15 @@ where
     })
 }
 
+/// A lock name whose keys hash to the slot of `k`'s: `lock_many` takes the two by one script.
+fn same_slot_as_k() -> String {
+    let slot = key_slot("tairlock:{k}");
+    (0..1_000_000)
+        .map(|i| format!("peer{i}"))
+        .find(|n| key_slot(&format!("tairlock:{{{n}}}")) == slot)
+        .expect("a slot collision within a million names")
+}
+
 fn lease() -> Lease {
     Lease::parse("tl1:1700000000123:42:00ff00ff").unwrap()
 }
@@ -297,6 +307,32 @@ fn operations() -> Vec<(&'static str, Op)> {
                     .await
                     .map(|g| g.map(|g| g.lease()))
             }),
+        ),
+        (
+            "fair_attempt",
+            op(|s| async move {
+                ExpireLock::with_options(s, Options::default().fair(true))
+                    .fair_attempt("k", TTL, "00ff", true)
+                    .await
+            }),
+        ),
+        (
+            "try_lock_many",
+            op(|s| async move {
+                let peer = same_slot_as_k();
+                ExpireLock::new(s)
+                    .try_lock_many(&["k", &peer])
+                    .await
+                    .map(|g| g.map(|g| g.leases()))
+            }),
+        ),
+        (
+            "semaphore attempt",
+            op(|s| async move { Semaphore::new(s, 3).attempt("k", 1, TTL, "00ff").await }),
+        ),
+        (
+            "semaphore renew",
+            op(|s| async move { Semaphore::new(s, 3).renew("k", "00ff", TTL).await }),
         ),
         // Replica-acknowledged.
         (
@@ -561,6 +597,74 @@ async fn no_decoder_panics_or_hangs_on_a_malformed_reply() {
         failures.len() + outcomes,
         failures.join("\n")
     );
+}
+
+/// A grant or renewal whose reply does not say how long the lease has left (the reply shape
+/// before every such script reported it) is a server error: no lease is ever dated from the
+/// length the client asked for.
+#[tokio::test]
+async fn a_grant_without_the_time_it_has_left_is_refused() {
+    const TTL: Duration = Duration::from_secs(5);
+    let lease = || Reply::data("tl1:1700000000123:42:00ff");
+    let int = Reply::Int;
+    let cases: Vec<(&str, Reply, Op)> = vec![
+        (
+            "expire_lock",
+            Reply::Array(vec![int(1), lease()]),
+            op(|s| async move { ExpireLock::new(s).expire_lock("k", TTL).await }),
+        ),
+        (
+            "renew",
+            Reply::Array(vec![int(1), lease()]),
+            op(|s| async move { ExpireLock::new(s).renew("k", &self::lease(), TTL).await }),
+        ),
+        (
+            "fair_attempt",
+            Reply::Array(vec![int(1), lease()]),
+            op(|s| async move {
+                ExpireLock::with_options(s, Options::default().fair(true))
+                    .fair_attempt("k", TTL, "00ff", true)
+                    .await
+            }),
+        ),
+        (
+            "try_lock_many",
+            Reply::Array(vec![int(1), lease(), lease()]),
+            op(|s| async move {
+                let peer = same_slot_as_k();
+                ExpireLock::new(s)
+                    .try_lock_many(&["k", &peer])
+                    .await
+                    .map(|g| g.map(|g| g.leases()))
+            }),
+        ),
+        (
+            "semaphore attempt",
+            Reply::Array(vec![int(1), int(1_700_000_005_000), int(7), int(1), int(1)]),
+            op(|s| async move { Semaphore::new(s, 3).attempt("k", 1, TTL, "00ff").await }),
+        ),
+        (
+            "semaphore renew",
+            Reply::Array(vec![int(1), int(1_700_000_005_000)]),
+            op(|s| async move { Semaphore::new(s, 3).renew("k", "00ff", TTL).await }),
+        ),
+        (
+            "expire_lock, a key without a time to live",
+            Reply::Array(vec![int(1), lease(), int(-1)]),
+            op(|s| async move { ExpireLock::new(s).expire_lock("k", TTL).await }),
+        ),
+    ];
+    for (name, reply, run) in cases {
+        let store = Garbled::default();
+        store.answer(reply.clone());
+        let outcome = run(store).await;
+        assert!(
+            outcome.starts_with("err server error")
+                && (outcome.contains("no remaining lease time")
+                    || outcome.contains("unexpected reply")),
+            "{name} on {reply:?}: {outcome}"
+        );
+    }
 }
 
 /// A reply of the wrong shape is an error naming the script, never a made-up outcome.

@@ -460,17 +460,17 @@ async fn the_lock_many_script_is_the_same_on_both_stores() {
     for (i, (on_redis, on_memory)) in transcript.iter().enumerate() {
         assert_eq!(on_redis, on_memory, "step {i}");
     }
-    assert_eq!(transcript[0].0, "[Int(1),lease:a1,lease:a1]");
-    assert_eq!(transcript[1].0, "[Int(1),lease:a1,lease:a1]");
+    assert_eq!(transcript[0].0, "[Int(1),lease:a1,pttl,lease:a1,pttl]");
+    assert_eq!(transcript[1].0, "[Int(1),lease:a1,pttl,lease:a1,pttl]");
     assert_eq!(transcript[2].0, "[Int(0),Int(1),lease:a1,pttl]");
     assert_eq!(
-        transcript[3].0, "[Int(1),lease:a1,lease:a1]",
+        transcript[3].0, "[Int(1),lease:a1,pttl,lease:a1,pttl]",
         "a partial repeat"
     );
     assert_eq!(transcript[4].0, "[Int(0),Int(2),lease:a1,pttl]");
     assert_eq!(transcript[5].0, "error:WrongType p-left:Missing");
     assert_eq!(transcript[6].0, "error:WrongType");
-    assert_eq!(transcript[7].0, "[Int(1),lease:a4]");
+    assert_eq!(transcript[7].0, "[Int(1),lease:a4,pttl]");
 }
 
 /// A reply lost after the server applied the step (a waiting call rides it; a single attempt

@@ -45,6 +45,7 @@ async fn rig() -> Rig {
     // Loaded up front, so that a first EVALSHA is applied rather than answered NOSCRIPT.
     let all: Vec<&'static Script> = tairlock::scripts::ALL
         .iter()
+        .chain(tairlock::scripts::MULTI.iter())
         .chain(tairlock_rwlock::scripts::ALL.iter())
         .chain(tairlock_legacy::scripts::ALL.iter())
         .chain(tairlock::redlock::ALL.iter())
@@ -133,6 +134,21 @@ fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
 
+/// Element `i` of a grant's reply is the time the lease has left as the server reports it, and a
+/// repeat reports what the first application's lease has left (at most what `before`, read
+/// before the repeat, showed), never a fresh length: clients date their deadline from it.
+#[track_caller]
+fn assert_reports_time_left(reply: &Reply, i: usize, before: &Snapshot) {
+    let left = Duration::from_millis(u64::try_from(int(reply, i)).expect("a time left"));
+    match before.ttl {
+        Ttl::Expires(had) => assert!(
+            left <= had && had - left <= SLACK,
+            "the repeat reports {left:?} left; the lease had {had:?} before it"
+        ),
+        other => panic!("the lease expires: {other:?}"),
+    }
+}
+
 #[track_caller]
 fn assert_intact(after: &[Snapshot], before: &[Snapshot], what: &str) {
     for (a, b) in after.iter().zip(before) {
@@ -187,6 +203,7 @@ async fn core_expire_lock_repeat_returns_the_same_lease() {
     let lease = text(&reply, 1);
     assert!(lease.ends_with(":aa01"), "{lease}");
     assert_eq!(before[0].content, support::Content::Str(lease.into_bytes()));
+    assert_reports_time_left(&reply, 2, &before[0]);
     assert_intact(&after, &before, "expire_lock repeat");
 }
 
@@ -249,6 +266,7 @@ async fn core_renew_repeat_returns_the_same_renewed_lease() {
         support::Content::Str(renewed.clone().into_bytes()),
         "the repeat answers the lease the first application wrote"
     );
+    assert_reports_time_left(&reply, 2, &before[0]);
     assert_eq!(after[0].content, before[0].content);
     assert_eq!(after[1].content, before[1].content, "same fence");
 }
@@ -699,7 +717,13 @@ async fn redlock_release_and_extend_repeat_safely() {
             &[&key],
         )
         .await;
-    assert_eq!(reply, Reply::Int(1), "extended again");
+    assert_eq!(int(&reply, 0), 1, "extended again: {reply:?}");
+    // A repeated extend moves the expiry again, from its own run: it reports that.
+    let left = Duration::from_millis(int(&reply, 1) as u64);
+    assert!(
+        left <= Duration::from_secs(60) && left >= Duration::from_secs(60) - SLACK,
+        "{left:?}"
+    );
     assert_eq!(after[0].content, before[0].content);
 
     rig.apply_reply_lost(
@@ -731,5 +755,59 @@ async fn redlock_release_and_extend_repeat_safely() {
             &s(["v1", "60000"]),
         )
         .await;
-    assert_eq!(reply, Reply::Int(0));
+    assert_eq!(reply, Reply::Array(vec![Reply::Int(0)]));
+}
+
+#[tokio::test]
+async fn redlock_acquire_repeat_finds_its_own_key_with_the_time_it_has_left() {
+    let rig = rig().await;
+    let key = "tl:{job}:redlock".to_owned();
+    let (reply, before, after) = rig
+        .lost_then_retried(
+            &tairlock::redlock::ACQUIRE,
+            std::slice::from_ref(&key),
+            &s(["v1", "30000"]),
+            &[&key],
+        )
+        .await;
+    assert_eq!(int(&reply, 0), 1, "its own key: {reply:?}");
+    assert_eq!(before[0].content, support::Content::Str(b"v1".to_vec()));
+    assert_reports_time_left(&reply, 1, &before[0]);
+    assert_intact(&after, &before, "redlock acquire repeat");
+    // Another acquisition's value is refused, and changes nothing.
+    let reply = rig
+        .eval(
+            &tairlock::redlock::ACQUIRE,
+            std::slice::from_ref(&key),
+            &s(["v2", "30000"]),
+        )
+        .await;
+    assert_eq!(reply, Reply::Array(vec![Reply::Int(0)]));
+    assert_intact(&rig.snapshots(&[&key]).await, &after, "another value");
+}
+
+#[tokio::test]
+async fn core_lock_many_repeat_returns_the_same_leases_with_the_time_they_have_left() {
+    let rig = rig().await;
+    let locks = ExpireLock::new(rig.direct.clone());
+    let (a, b) = (locks.keys("ma").unwrap(), locks.keys("mb").unwrap());
+    let keys = vec![
+        a.lock.clone(),
+        a.fence.clone(),
+        b.lock.clone(),
+        b.fence.clone(),
+    ];
+    let args = s([&ms(LEASE), "cc03", "60000"]);
+    let watched = [&a.lock[..], &a.fence, &b.lock, &b.fence];
+    let (reply, before, after) = rig
+        .lost_then_retried(&tairlock::scripts::LOCK_MANY, &keys, &args, &watched)
+        .await;
+    assert_eq!(int(&reply, 0), 1, "{reply:?}");
+    for (i, snapshot) in [(1, &before[0]), (3, &before[2])] {
+        let lease = text(&reply, i);
+        assert!(lease.ends_with(":cc03"), "{lease}");
+        assert_eq!(snapshot.content, support::Content::Str(lease.into_bytes()));
+        assert_reports_time_left(&reply, i + 1, snapshot);
+    }
+    assert_intact(&after, &before, "lock_many repeat");
 }

@@ -66,15 +66,26 @@ fn renew_args(lease: &str, ttl_ms: u64, nonce: &str) -> Vec<String> {
     ]
 }
 
-/// `{1, lease}` → the lease.
+/// `{1, lease, pttl}` → the lease.
 #[track_caller]
 fn granted(reply: &Reply) -> Lease {
+    granted_with_time(reply).0
+}
+
+/// `{1, lease, pttl}` → the lease and the time it has left as the script reported it.
+#[track_caller]
+fn granted_with_time(reply: &Reply) -> (Lease, Duration) {
     match reply {
-        Reply::Array(items) if items.len() == 2 && items[0] == Reply::Int(1) => {
+        Reply::Array(items) if items.len() == 3 && items[0] == Reply::Int(1) => {
             let text = items[1].as_str().expect("lease is a bulk string");
-            Lease::parse(text).unwrap_or_else(|| panic!("not a lease: {text:?}"))
+            let lease = Lease::parse(text).unwrap_or_else(|| panic!("not a lease: {text:?}"));
+            let pttl = items[2]
+                .as_int()
+                .and_then(|ms| u64::try_from(ms).ok())
+                .unwrap_or_else(|| panic!("no time left in {reply:?}"));
+            (lease, Duration::from_millis(pttl))
         }
-        other => panic!("expected {{1, lease}}, got {other:?}"),
+        other => panic!("expected {{1, lease, pttl}}, got {other:?}"),
     }
 }
 
@@ -173,12 +184,25 @@ async fn expire_lock_script_retried_with_the_same_nonce_returns_the_same_lease<S
     let args = lock_args(LONG_MS, "c0ffee");
     let first = env.store.eval(&EXPIRE_LOCK, &keys, &args).await.unwrap();
     let fence_before = env.store.get(&keys[1]).await.unwrap();
+    let (lease, left) = granted_with_time(&first);
+    assert_ttl_near(Ttl::Expires(left), Duration::from_millis(LONG_MS));
+    env.pass(PAST_SHORT).await;
     let second = env.store.eval(&EXPIRE_LOCK, &keys, &args).await.unwrap();
+    let (again, left_again) = granted_with_time(&second);
     assert_eq!(
-        first, second,
+        again, lease,
         "a retried acquire is answered with the lease it already holds"
     );
-    granted(&second);
+    // With the time that lease has left, not a fresh length: the client dates its deadline
+    // from it.
+    assert!(
+        left_again <= left - PAST_SHORT,
+        "the repeat reports {left_again:?} left, the first {left:?}, {PAST_SHORT:?} apart"
+    );
+    assert_ttl_near(
+        Ttl::Expires(left_again),
+        Duration::from_millis(LONG_MS) - PAST_SHORT,
+    );
     assert_eq!(
         env.store.get(&keys[1]).await.unwrap(),
         fence_before,
@@ -365,8 +389,17 @@ async fn renew_script_covers_absent_mine_other_expired_and_retried<S: TestStore>
         env.store.pttl(&keys[1]).await.unwrap(),
         Duration::from_millis(2 * LONG_MS + RETENTION_MS),
     );
-    // retried with the same new nonce: answered with the lease it already installed
-    assert_eq!(env.store.eval(&RENEW, &keys, &args).await.unwrap(), reply);
+    // retried with the same new nonce: answered with the lease it already installed, and the
+    // time that lease has left (not a fresh length)
+    let (_, left) = granted_with_time(&reply);
+    env.pass(PAST_SHORT).await;
+    let (again, left_again) =
+        granted_with_time(&env.store.eval(&RENEW, &keys, &args).await.unwrap());
+    assert_eq!(again, renewed);
+    assert!(
+        left_again <= left - PAST_SHORT,
+        "the repeat reports {left_again:?} left, the first {left:?}, {PAST_SHORT:?} apart"
+    );
     // the old lease no longer matches
     let stale = env
         .store
@@ -790,7 +823,10 @@ async fn expire_lock_api_walks_every_state<S: TestStore>(env: Env<S>) {
     match locks.expire_lock("a", ttl).await.unwrap() {
         Acquire::Held { holder, remaining } => {
             assert_eq!(holder.value(), lease.value());
-            assert!(remaining <= ttl && remaining > Duration::ZERO);
+            assert!(
+                remaining.is_some_and(|r| r <= ttl && r > Duration::ZERO),
+                "{remaining:?}"
+            );
         }
         other => panic!("expected Held, got {other:?}"),
     }

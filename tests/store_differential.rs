@@ -468,6 +468,17 @@ impl Raw for RedisStore {
     }
 }
 
+/// `{1, lease, pttl}` (granted or renewed) and `{0, holder, pttl}` (busy): the pttl is time,
+/// which the two stores' clocks read differently; keep its sign only.
+fn pttl_sign(reply: Reply) -> Reply {
+    match reply.as_array().unwrap_or_default() {
+        [code @ Reply::Int(0 | 1), lease, Reply::Int(pttl)] => {
+            Reply::Array(vec![code.clone(), lease.clone(), Reply::Int(pttl.signum())])
+        }
+        _ => reply,
+    }
+}
+
 async fn run_op<S: Raw>(
     locks: &ExpireLock<S>,
     norm: &mut Norm,
@@ -486,7 +497,7 @@ async fn run_op<S: Raw>(
             }
             Ok(Acquire::Held { holder, remaining }) => Out::Held {
                 holder: norm.lease(&holder),
-                remaining_positive: remaining > Duration::ZERO,
+                remaining_positive: remaining.is_some_and(|r| r > Duration::ZERO),
             },
             Err(e) => err(e),
         },
@@ -506,16 +517,7 @@ async fn run_op<S: Raw>(
                     ) {
                         norm.granted(NAMES[*name], &lease, label)?;
                     }
-                    // {0, holder, pttl}: the pttl is time; keep its sign only.
-                    let reply = match items {
-                        [zero @ Reply::Int(0), holder, Reply::Int(pttl)] => Reply::Array(vec![
-                            zero.clone(),
-                            holder.clone(),
-                            Reply::Int(pttl.signum()),
-                        ]),
-                        _ => reply,
-                    };
-                    Out::Reply(norm.reply(&reply))
+                    Out::Reply(norm.reply(&pttl_sign(reply)))
                 }
                 Err(e) => err(e),
             }
@@ -558,7 +560,7 @@ async fn run_op<S: Raw>(
                 RETENTION_MS.to_string(),
             ];
             match store.eval(&RENEW, &keys, &args).await {
-                Ok(reply) => Out::Reply(norm.reply(&reply)),
+                Ok(reply) => Out::Reply(norm.reply(&pttl_sign(reply))),
                 Err(e) => err(e),
             }
         }
@@ -877,7 +879,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
     tape.reply(
         "core lock aa 20ms",
         store.eval(&EXPIRE_LOCK, &lock, &acquire("aa", 20)).await,
-        &[],
+        &[2],
     );
     let first = store.get(&lock[0]).await.unwrap().unwrap_or_default();
     sleep_ms(PAST_SHORT_TTL_MS).await;

@@ -25,6 +25,9 @@ pub struct InspectReport {
     pub expires_at_ms: Option<u64>,
     /// Remaining time, ms (null when free or without expiry).
     pub remaining_ms: Option<u64>,
+    /// The key holds a lease but has no expiry (removed by `PERSIST`, or a restore without a
+    /// TTL): it stays held until released or force-unlocked.
+    pub no_expiry: bool,
     /// The last fencing token issued, while retained.
     pub last_fence: Option<u64>,
 }
@@ -51,6 +54,7 @@ impl InspectReport {
                 Ttl::Expires(d) => Some(d.as_millis() as u64),
                 _ => None,
             },
+            no_expiry: i.no_expiry,
             last_fence: i.last_fence,
         }
     }
@@ -78,13 +82,14 @@ impl InspectReport {
                 if let Some(at) = self.expires_at_ms {
                     let _ = writeln!(out, "expires at  {at} ms since the epoch (server time)");
                 }
-                match self.remaining_ms {
-                    Some(ms) => {
-                        let _ = writeln!(out, "remaining   {:?}", Duration::from_millis(ms));
-                    }
-                    None => {
-                        let _ = writeln!(out, "remaining   never expires");
-                    }
+                if let Some(ms) = self.remaining_ms {
+                    let _ = writeln!(out, "remaining   {:?}", Duration::from_millis(ms));
+                } else if self.no_expiry {
+                    let _ = writeln!(
+                        out,
+                        "remaining   no expiry: the key has no TTL (PERSIST, or a restore without \
+                         one); held until released or force-unlocked"
+                    );
                 }
             }
         }

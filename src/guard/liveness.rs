@@ -32,7 +32,8 @@ pub enum Renewal {
 /// dropped connection) is kept by [`Liveness`] and repeated with the same nonce until a definite
 /// answer comes; a repeat with a new nonce would present the old lease to a server that may
 /// already hold the new one, and be refused as "held by another". The lease a repeat returns
-/// is dated from [`sent`](Self::sent), the *first* send: the server may have applied it then.
+/// is dated from [`sent`](Self::sent), the *first* send (the server may have applied it then),
+/// and the time it has left as the repeat's answer reports it ([`deadline`](crate::deadline)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenewalAttempt {
     /// The nonce of the lease this renewal asks for.
@@ -56,7 +57,9 @@ pub struct RenewalAttempt {
 /// reader/writer lock's guards are built on it; it is public for guards of other lock kinds.
 #[derive(Debug)]
 pub struct Liveness {
-    deadline: Mutex<Option<Instant>>,
+    /// The deadline of the lease in effect; a change wakes whatever waits for it
+    /// ([`lost`](Liveness::lost)).
+    deadline: watch::Sender<Option<Instant>>,
     lost: watch::Sender<bool>,
     renewing: tokio::sync::Mutex<()>,
     watchdog: Mutex<Option<tokio::task::AbortHandle>>,
@@ -75,7 +78,7 @@ impl Liveness {
     /// Not lost, valid until `deadline` (`None`: no local deadline is known).
     pub fn new(deadline: Option<Instant>) -> Self {
         Liveness {
-            deadline: Mutex::new(deadline),
+            deadline: watch::channel(deadline).0,
             lost: watch::channel(false).0,
             renewing: tokio::sync::Mutex::new(()),
             watchdog: Mutex::new(None),
@@ -115,12 +118,18 @@ impl Liveness {
 
     /// The local deadline of the lease in effect.
     pub fn deadline(&self) -> Option<Instant> {
-        *self.deadline.lock()
+        *self.deadline.borrow()
     }
 
-    /// A renewal landed: the lease is valid until `deadline` now.
+    /// A renewal landed: the lease is valid until `deadline` now (earlier or later than
+    /// before). Whatever waits for the deadline ([`lost`](Self::lost)) is woken to read it
+    /// again.
     pub fn set_deadline(&self, deadline: Option<Instant>) {
-        *self.deadline.lock() = deadline;
+        self.deadline.send_if_modified(|current| {
+            let changed = *current != deadline;
+            *current = deadline;
+            changed
+        });
     }
 
     /// A renewal landed, valid until `deadline`: [`Renewal::Renewed`], or [`Renewal::Lost`] if
@@ -220,33 +229,35 @@ impl Liveness {
         *self.lost.borrow() || self.past_deadline()
     }
 
-    /// Resolves when the guard is lost: when marked so, or at the deadline unless a renewal
-    /// moved it meanwhile.
+    /// Resolves when the guard is lost: when marked so, or at the deadline in effect — a
+    /// change of the deadline (a renewal landing, a renewal to a shorter lease) is seen at
+    /// once, so it resolves at the new deadline whether that is earlier or later.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping it changes nothing.
     pub async fn lost(&self) {
-        let mut rx = self.lost.subscribe();
+        let mut lost = self.lost.subscribe();
+        let mut moved = self.deadline.subscribe();
         loop {
-            if *rx.borrow_and_update() {
+            if *lost.borrow_and_update() {
                 return;
             }
-            match self.deadline() {
-                Some(deadline) => {
-                    tokio::select! {
-                        changed = rx.changed() => if changed.is_err() { return },
-                        () = tokio::time::sleep_until(deadline) => {
-                            // A renewal may have moved the deadline meanwhile.
-                            if self.past_deadline() {
-                                self.lose(Loss::Deadline);
-                                return;
-                            }
-                        }
-                    }
+            // Read and marked seen together: a change after this wakes the wait below.
+            let deadline = *moved.borrow_and_update();
+            let until_deadline = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
                 }
-                None => {
-                    if rx.changed().await.is_err() {
+            };
+            // Both senders live as long as `self`: `changed` cannot fail here.
+            tokio::select! {
+                _ = lost.changed() => {}
+                _ = moved.changed() => {}
+                () = until_deadline => {
+                    if self.past_deadline() {
+                        self.lose(Loss::Deadline);
                         return;
                     }
                 }

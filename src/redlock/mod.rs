@@ -4,16 +4,21 @@
 //! numbers as the common implementations:
 //!
 //! 1. note the local monotonic time `start`; send `SET key value NX PX ttl` to **all N servers at
-//!    once** (one random 128-bit value per acquisition), each bounded by
-//!    [`RedlockOptions::server_timeout`];
-//! 2. acquired iff at least `N/2 + 1` servers said yes **and** the validity
-//!    `ttl − elapsed − drift` (`drift = ttl/100 + 2 ms`) is still positive;
+//!    once** (one random 128-bit value per acquisition; a server that holds the key with this
+//!    value already, from an earlier round whose reply was lost, counts as granting with the
+//!    time that key has left), each bounded by [`RedlockOptions::server_timeout`];
+//! 2. each server that granted reports the key's time left (`PTTL`) in the same step, and
+//!    relies on it until `start + remaining − drift` (`drift = remaining/100 + 2 ms`, the
+//!    [deadline rule](crate::deadline)); the lock's validity ends when fewer than `N/2 + 1` of
+//!    them still hold it: the `N/2 + 1`-th latest of those instants. Acquired iff at least
+//!    `N/2 + 1` servers granted **and** that validity has not passed yet;
 //! 3. otherwise delete the key on **every** server (including those that seemed to fail: their
 //!    reply may have been lost after the write), wait a random delay, and retry until the
 //!    caller's timeout (then [`acquire`](Redlock::acquire) returns `Ok(None)`, as every lock
 //!    kind does when its patience runs out);
-//! 4. [`renew`](Redlock::renew) moves the TTL only where the value is still ours and counts only
-//!    when a majority did so within the new validity; [`release`](Redlock::release) deletes
+//! 4. [`renew`](Redlock::renew) moves the TTL only where the value is still ours (each server
+//!    reporting the time left as in 2) and counts only when a majority did so within the new
+//!    validity; [`release`](Redlock::release) deletes
 //!    where the value is still ours, on all servers.
 //!
 //! [`RedlockLease::deadline`] is the local instant the validity ends: stop relying on the lock
@@ -62,19 +67,37 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use crate::deadline::{Remaining, local_deadline_with_drift};
 use crate::engine::{Attempt, Kind, Patience, Waiters};
 use crate::error::{Error, Result};
 use crate::keys::Keyspace;
 use crate::script::{CommandResult, Db, Reply, Script};
 use crate::store::Store;
 
+/// `SET NX PX` that recognises its own value, and reports the time left. Lua: `acquire.lua`.
+pub static ACQUIRE: Script = Script::new("redlock_acquire", include_str!("acquire.lua"), acquire);
 /// Compare-and-delete. Lua: `release.lua`.
 pub static RELEASE: Script = Script::new("redlock_release", include_str!("release.lua"), release);
-/// Compare-and-`PEXPIRE`. Lua: `extend.lua`.
+/// Compare-and-`PEXPIRE`, reporting the time left. Lua: `extend.lua`.
 pub static EXTEND: Script = Script::new("redlock_extend", include_str!("extend.lua"), extend);
 
 /// Every Redlock script.
-pub static ALL: [&Script; 2] = [&RELEASE, &EXTEND];
+pub static ALL: [&Script; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
+
+fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    let ttl = crate::script::int_arg(args, 1)?;
+    let ttl = Duration::from_millis(ttl.max(0) as u64);
+    let ours = db.set_nx(&keys[0], args[0].as_bytes(), Some(ttl))
+        || (db.key_type(&keys[0]) == "string"
+            && db.get(&keys[0])?.as_deref() == Some(args[0].as_bytes()));
+    if ours {
+        return Ok(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(db.pttl(&keys[0])),
+        ]));
+    }
+    Ok(Reply::Array(vec![Reply::Int(0)]))
+}
 
 fn release(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     if db.get(&keys[0])?.as_deref() == Some(args[0].as_bytes()) {
@@ -85,11 +108,15 @@ fn release(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
 
 fn extend(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let ttl = crate::script::int_arg(args, 1)?;
-    if db.get(&keys[0])?.as_deref() == Some(args[0].as_bytes()) {
-        let done = db.pexpire(&keys[0], Duration::from_millis(ttl.max(0) as u64));
-        return Ok(Reply::Int(i64::from(done)));
+    if db.get(&keys[0])?.as_deref() == Some(args[0].as_bytes())
+        && db.pexpire(&keys[0], Duration::from_millis(ttl.max(0) as u64))
+    {
+        return Ok(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(db.pttl(&keys[0])),
+        ]));
     }
-    Ok(Reply::Int(0))
+    Ok(Reply::Array(vec![Reply::Int(0)]))
 }
 
 /// Settings of a [`Redlock`].
@@ -103,7 +130,9 @@ pub struct RedlockOptions {
     /// The base pause between two attempts of [`Redlock::acquire`]; each pause is random in
     /// `[base/2, base)` (default 50 ms).
     pub retry_delay: Duration,
-    /// Clock drift allowed for, as a fraction of the TTL (default 0.01; 2 ms are always added).
+    /// Clock drift allowed for, as a fraction of the time each server reports left (default
+    /// 0.01, also the least taken; 2 ms are always added): see
+    /// [`local_deadline_with_drift`](crate::deadline::local_deadline_with_drift).
     pub drift_factor: f64,
 }
 
@@ -168,8 +197,9 @@ impl RedlockLease {
         &self.value
     }
 
-    /// The local instant the validity ends: `start + ttl − drift`, `start` taken before the
-    /// first request was sent.
+    /// The local instant the validity ends: the latest instant by which a majority of the
+    /// servers still hold the key, each relied on until `start + the time it reported left −
+    /// drift`, `start` taken before the round's first request was sent.
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -266,8 +296,20 @@ impl<S: Store> Redlock<S> {
         self.servers.len() / 2 + 1
     }
 
-    fn drift(&self, ttl: Duration) -> Duration {
-        crate::engine::drift(ttl, self.options.drift_factor)
+    /// The validity of a round that started at `start`, from what each server answered: the
+    /// time left of each server that took (or holds) the key, `None` for the others. `None`
+    /// without a majority; else the latest instant by which a majority still holds the key
+    /// (the `quorum`-th latest of their deadlines).
+    fn validity(&self, start: Instant, granted: &[Option<Remaining>]) -> Option<Instant> {
+        let mut deadlines: Vec<Instant> = granted
+            .iter()
+            .flatten()
+            .map(|&remaining| {
+                local_deadline_with_drift(start, remaining, self.options.drift_factor)
+            })
+            .collect();
+        deadlines.sort_unstable_by(|a, b| b.cmp(a));
+        deadlines.get(self.quorum() - 1).copied()
     }
 
     /// One attempt: `Some(lease)` iff a majority granted within the validity; otherwise every
@@ -287,32 +329,22 @@ impl<S: Store> Redlock<S> {
         Ok(self.attempt(&key, ttl, &crate::lease::nonce()).await)
     }
 
-    /// One round under `value`: `SET NX PX` everywhere; the lease iff a majority granted within
+    /// One round under `value`: [`ACQUIRE`] everywhere; the lease iff a majority granted within
     /// the validity, else released everywhere.
     async fn attempt(&self, key: &str, ttl: Duration, value: &str) -> Option<RedlockLease> {
+        // Checked by every caller already: a bad TTL takes nothing.
+        let ttl_ms = crate::expire_lock::ttl_ms(ttl).ok()?;
         let start = Instant::now();
-        let granted = join_all(self.servers.iter().map(|s| async move {
-            matches!(
-                tokio::time::timeout(
-                    self.options.server_timeout,
-                    s.set_nx_px(key, value.as_bytes(), ttl)
-                )
-                .await,
-                Ok(Ok(true))
-            )
-        }))
-        .await
-        .into_iter()
-        .filter(|ok| *ok)
-        .count();
-        let deadline = start + ttl.saturating_sub(self.drift(ttl));
+        let args = [value.to_owned(), ttl_ms.to_string()];
+        let granted = self.on_all(&ACQUIRE, key, &args).await;
+        let validity = self.validity(start, &granted);
         let lease = RedlockLease {
             key: key.to_owned(),
             value: value.to_owned(),
-            deadline,
-            granted,
+            deadline: validity.unwrap_or(start),
+            granted: granted.iter().flatten().count(),
         };
-        if granted >= self.quorum() && Instant::now() < deadline {
+        if validity.is_some_and(|deadline| Instant::now() < deadline) {
             return Some(lease);
         }
         self.release(&lease).await;
@@ -366,15 +398,15 @@ impl<S: Store> Redlock<S> {
     pub async fn renew(&self, lease: &RedlockLease, ttl: Duration) -> Result<Option<RedlockLease>> {
         let ttl_ms = crate::expire_lock::ttl_ms(ttl)?;
         let start = Instant::now();
-        let extended = self
-            .on_all(&EXTEND, lease, &[lease.value.clone(), ttl_ms.to_string()])
-            .await;
-        let deadline = start + ttl.saturating_sub(self.drift(ttl));
-        if extended >= self.quorum() && Instant::now() < deadline && Instant::now() < lease.deadline
-        {
+        let args = [lease.value.clone(), ttl_ms.to_string()];
+        let extended = self.on_all(&EXTEND, &lease.key, &args).await;
+        let Some(deadline) = self.validity(start, &extended) else {
+            return Ok(None);
+        };
+        if Instant::now() < deadline && Instant::now() < lease.deadline {
             return Ok(Some(RedlockLease {
                 deadline,
-                granted: extended,
+                granted: extended.iter().flatten().count(),
                 ..lease.clone()
             }));
         }
@@ -384,31 +416,46 @@ impl<S: Store> Redlock<S> {
     /// Delete the key on every server where it still holds this lease; returns on how many it
     /// did. Unreachable servers are skipped (their TTL frees them).
     pub async fn release(&self, lease: &RedlockLease) -> usize {
-        self.on_all(&RELEASE, lease, std::slice::from_ref(&lease.value))
-            .await
-    }
-
-    async fn on_all(
-        &self,
-        script: &'static Script,
-        lease: &RedlockLease,
-        args: &[String],
-    ) -> usize {
         let keys = [lease.key.clone()];
-        join_all(self.servers.iter().map(|s| {
+        let released = join_all(self.servers.iter().map(|s| {
             let keys = &keys;
             async move {
+                let release = s.eval(&RELEASE, keys, std::slice::from_ref(&lease.value));
                 matches!(
-                    tokio::time::timeout(self.options.server_timeout, s.eval(script, keys, args))
-                        .await,
+                    tokio::time::timeout(self.options.server_timeout, release).await,
                     Ok(Ok(Reply::Int(1)))
                 )
             }
         }))
+        .await;
+        released.into_iter().filter(|ok| *ok).count()
+    }
+
+    /// `script` (one that answers `{1, pttl}` when it took or moved the key, as [`ACQUIRE`] and
+    /// [`EXTEND`] do) on every server at once, each within the server timeout: the time left
+    /// each reported, `None` for a server that refused, failed or did not answer in time.
+    async fn on_all(
+        &self,
+        script: &'static Script,
+        key: &str,
+        args: &[String],
+    ) -> Vec<Option<Remaining>> {
+        let keys = [key.to_owned()];
+        join_all(self.servers.iter().map(|s| {
+            let keys = &keys;
+            async move {
+                let reply =
+                    tokio::time::timeout(self.options.server_timeout, s.eval(script, keys, args))
+                        .await
+                        .ok()?
+                        .ok()?;
+                let items = reply.as_array()?;
+                (items.first()?.as_int()? == 1)
+                    .then(|| Remaining::at(items, 1, script).ok())
+                    .flatten()
+            }
+        }))
         .await
-        .into_iter()
-        .filter(|ok| *ok)
-        .count()
     }
 }
 
@@ -516,5 +563,45 @@ impl<S: Store> Redlock<S> {
             "blocking_is_locked",
             self.is_locked(name),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryStore;
+    use crate::deadline::local_deadline;
+
+    fn redlock(n: usize) -> Redlock<MemoryStore> {
+        Redlock::new(vec![MemoryStore::new(); n], RedlockOptions::default()).unwrap()
+    }
+
+    fn left(ms: i64) -> Option<Remaining> {
+        Remaining::from_server_ms(ms)
+    }
+
+    #[test]
+    fn the_validity_is_the_latest_instant_a_majority_still_holds_the_key() {
+        let start = Instant::now();
+        let at = |ms| local_deadline(start, left(ms).unwrap());
+        // Three servers, two needed: the second latest of what they reported.
+        let three = redlock(3);
+        assert_eq!(
+            three.validity(start, &[left(1000), left(3000), left(2000)]),
+            Some(at(2000))
+        );
+        assert_eq!(
+            three.validity(start, &[left(1000), None, left(3000)]),
+            Some(at(1000))
+        );
+        assert_eq!(
+            three.validity(start, &[None, None, left(3000)]),
+            None,
+            "no majority"
+        );
+        // Five servers, three needed.
+        let five = redlock(5);
+        let reports = [left(500), left(3000), None, left(2500), left(2900)];
+        assert_eq!(five.validity(start, &reports), Some(at(2500)));
     }
 }

@@ -69,10 +69,7 @@ impl<S: ReplicaStore> Shared<S> {
                 | ReplicatedRenew::NotAcknowledged { lease, .. },
             ) = self.renew(wait_for).await
             {
-                let lease = match self.current().deadline() {
-                    Some(deadline) => lease.with_deadline(deadline),
-                    None => lease,
-                };
+                let lease = lease.with_deadline_of(&self.current());
                 *self.lease.lock() = lease;
             }
         }
@@ -114,11 +111,7 @@ async fn watchdog<S: ReplicaStore>(shared: Arc<Shared<S>>) {
                 // the new value (the old one no longer matches on the master), keep the
                 // acknowledged deadline, and try again before it passes.
                 Ok(ReplicatedRenew::NotAcknowledged { lease, .. }) => {
-                    let lease = match current.deadline() {
-                        Some(deadline) => lease.with_deadline(deadline),
-                        None => lease,
-                    };
-                    match shared.adopt(lease) {
+                    match shared.adopt(lease.with_deadline_of(&current)) {
                         Renewal::Lost => Renewal::Lost,
                         _ => Renewal::Retry,
                     }

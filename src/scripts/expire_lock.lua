@@ -5,12 +5,14 @@
 --   ARGV[2]  nonce: fresh, unguessable hex, one per attempt
 --   ARGV[3]  how long the fence state outlives the lease, in ms
 -- Returns
---   {1, lease}         taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by server time.
---                      Also returned when this nonce already holds the lock (a retried call whose
---                      first reply was lost), so the call is safe to repeat; the repeat
---                      re-applies the key's expiry, a write, so that a WAIT after it counts
---                      the replicas that have the grant.
---   {0, holder, pttl}  held by another lease for pttl more ms
+--   {1, lease, pttl}   taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by server time;
+--                      pttl = the lease's time left in ms as the server sees it (PTTL), from
+--                      which the client dates its deadline. Also returned when this nonce
+--                      already holds the lock (a retried call whose first reply was lost), so the
+--                      call is safe to repeat: the lease the first call made, with the time it
+--                      has left. The repeat re-applies the key's expiry, a write, so that a WAIT
+--                      after it counts the replicas that have the grant.
+--   {0, holder, pttl}  held by another lease for pttl more ms (-1: the key has no expiry)
 --   error WRONGTYPE / NOTLOCK when either key holds data that is not ours; nothing is written.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
 if lock_type ~= 'none' and lock_type ~= 'string' then
@@ -43,7 +45,7 @@ if cur then
     if pttl > 0 then
       redis.call('PEXPIRE', KEYS[1], pttl)
     end
-    return {1, cur}
+    return {1, cur, pttl}
   end
   return {0, cur, redis.call('PTTL', KEYS[1])}
 end
@@ -59,4 +61,4 @@ end
 local lease = string.format('tl1:%d:%d:%s', math.floor(now_us / 1000) + ttl, fence, ARGV[2])
 redis.call('SET', KEYS[1], lease, 'PX', ttl)
 redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ttl + tonumber(ARGV[3]))
-return {1, lease}
+return {1, lease, redis.call('PTTL', KEYS[1])}

@@ -20,9 +20,15 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         }
         let mine = format!(":{nonce}");
         if cur.ends_with(mine.as_bytes()) {
-            // A repeat: re-apply the expiry, a write WAIT can count (as the Lua does).
+            // A repeat: the first grant with the time it has left; re-apply the expiry, a
+            // write WAIT can count (as the Lua does).
+            let pttl = db.pttl(lock);
             touch(db, lock);
-            return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
+            return Ok(Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Data(cur),
+                Reply::Int(pttl),
+            ]));
         }
         let pttl = db.pttl(lock);
         return Ok(Reply::Array(vec![
@@ -40,5 +46,10 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         fence.to_string(),
         Some(Duration::from_millis(ttl + retention)),
     );
-    Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+    let pttl = db.pttl(lock);
+    Ok(Reply::Array(vec![
+        Reply::Int(1),
+        Reply::data(lease),
+        Reply::Int(pttl),
+    ]))
 }

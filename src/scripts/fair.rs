@@ -108,7 +108,12 @@ fn lock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
             Some(Duration::from_millis(ttl + retention)),
         );
         leave(db, keys, nonce.as_bytes())?;
-        Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+        let pttl = db.pttl(&keys[0]);
+        Ok(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::data(lease),
+            Reply::Int(pttl),
+        ]))
     };
     if let Some(cur) = db.get(&keys[0])? {
         if !cur.starts_with(LEASE_PREFIX.as_bytes()) {

@@ -12,12 +12,13 @@
 --   ARGV[5]  the waiter's wake channel (in the lock's hash slot), announced to when granted
 --   ARGV[6]  '1' to queue when busy (a waiting call); '0' for a single attempt
 -- Returns
---   {1, lease}   ours: taken now, or granted by a release (confirmed now: the lease is rewritten
+--   {1, lease, pttl}
+--                ours: taken now, or granted by a release (confirmed now: the lease is rewritten
 --                to ARGV[1] from now, the fencing token kept), or held already (a repeat);
---                safe to repeat.
+--                safe to repeat. pttl = the lease's time left in ms as the server sees it (PTTL).
 --   {0, pttl, mark}
---                busy: held for pttl more ms, or free with a live waiter ahead of us (pttl is
---                that waiter's lease left). mark = max(last fencing token, server time in us):
+--                busy: held for pttl more ms (-1: the lock key has no expiry), or free with a
+--                live waiter ahead of us (pttl is that waiter's lease left). mark = max(last fencing token, server time in us):
 --                every grant a release makes after this attempt has a larger fencing token
 --                (the waiter trusts a grant announcement only then: see fair_unlock).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
@@ -55,7 +56,7 @@ local function take(fence)
   redis.call('SET', KEYS[1], lease, 'PX', ttl)
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ttl + retention)
   leave(nonce)
-  return {1, lease}
+  return {1, lease, redis.call('PTTL', KEYS[1])}
 end
 local cur = redis.call('GET', KEYS[1])
 if cur then

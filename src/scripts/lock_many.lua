@@ -5,11 +5,14 @@
 --   ARGV[2]  nonce: fresh, unguessable hex, one per acquisition (the same for every lock)
 --   ARGV[3]  how long the fence state outlives the lease, in ms
 -- Returns
---   {1, lease1, lease2, ...}  all taken, each lease as expire_lock's with its own fencing token.
+--   {1, lease1, pttl1, lease2, pttl2, ...}
+--                             all taken, each lease as expire_lock's with its own fencing token,
+--                             each followed by its time left in ms as the server sees it (PTTL).
 --                             Also when this nonce already holds them (a retried call whose
---                             first reply was lost): those are kept, their expiry re-applied.
---   {0, i, holder, pttl}      lock i (1-based) is held by another lease for pttl more ms;
---                             nothing was written.
+--                             first reply was lost): those are kept, with the time they have
+--                             left, their expiry re-applied.
+--   {0, i, holder, pttl}      lock i (1-based) is held by another lease for pttl more ms (-1: its
+--                             key has no expiry); nothing was written.
 --   error WRONGTYPE / NOTLOCK when any key holds data that is not ours; nothing is written.
 local n = #KEYS / 2
 local mine = ':' .. ARGV[2]
@@ -58,7 +61,8 @@ for i = 1, n do
     if pttl > 0 then
       redis.call('PEXPIRE', lock, pttl)
     end
-    out[i + 1] = cur
+    out[2 * i] = cur
+    out[2 * i + 1] = pttl
   else
     local fence = lasts[i] + 1
     if now_us > fence then
@@ -67,7 +71,8 @@ for i = 1, n do
     local lease = string.format('tl1:%d:%d:%s', math.floor(now_us / 1000) + ttl, fence, ARGV[2])
     redis.call('SET', lock, lease, 'PX', ttl)
     redis.call('SET', fence_key, string.format('%d', fence), 'PX', ttl + tonumber(ARGV[3]))
-    out[i + 1] = lease
+    out[2 * i] = lease
+    out[2 * i + 1] = redis.call('PTTL', lock)
   end
 end
 return out

@@ -46,9 +46,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let mut out = vec![Reply::Int(1)];
     for ((last, cur), pair) in found.into_iter().zip(keys.chunks(2)) {
         if let Some(cur) = cur {
-            // A repeat: re-apply the expiry, as the Lua does.
+            // A repeat: the first grant with the time it has left; re-apply the expiry, as the
+            // Lua does.
+            let pttl = db.pttl(&pair[0]);
             touch(db, &pair[0]);
             out.push(Reply::Data(cur));
+            out.push(Reply::Int(pttl));
             continue;
         }
         let fence = (last + 1).max(now);
@@ -60,6 +63,7 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             Some(Duration::from_millis(ttl + retention)),
         );
         out.push(Reply::data(lease));
+        out.push(Reply::Int(db.pttl(&pair[0])));
     }
     Ok(Reply::Array(out))
 }

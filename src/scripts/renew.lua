@@ -5,8 +5,10 @@
 --   ARGV[2]  new lease length in ms (> 0), from now by server time
 --   ARGV[3]  new nonce
 --   ARGV[4]  how long the fence state outlives the lease, in ms
--- Returns {1, new lease} (also when this new nonce already holds it: a retried renewal, which
---         re-applies the key's expiry so that a WAIT after it counts the renewal),
+-- Returns {1, new lease, pttl} renewed, pttl = the lease's time left in ms as the server sees it
+--         (PTTL); also when this new nonce already holds it (a retried renewal: the lease the
+--         first call made, with the time it has left; the repeat re-applies the key's expiry so
+--         that a WAIT after it counts the renewal),
 --         {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
@@ -41,7 +43,7 @@ if cur ~= ARGV[1] then
     if pttl > 0 then
       redis.call('PEXPIRE', KEYS[1], pttl)
     end
-    return {1, cur}
+    return {1, cur, pttl}
   end
   return {0}
 end
@@ -58,4 +60,4 @@ if not last or tonumber(last) < tonumber(fence) then
   last = fence
 end
 redis.call('SET', KEYS[2], last, 'PX', ttl + tonumber(ARGV[4]))
-return {1, lease}
+return {1, lease, redis.call('PTTL', KEYS[1])}

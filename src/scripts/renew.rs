@@ -28,9 +28,15 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     if cur != args[0].as_bytes() {
         let mine = format!(":{}", args[2]);
         if cur.ends_with(mine.as_bytes()) {
-            // A repeat: re-apply the expiry, a write WAIT can count (as the Lua does).
+            // A repeat: the first renewal with the time it has left; re-apply the expiry, a
+            // write WAIT can count (as the Lua does).
+            let pttl = db.pttl(lock);
             touch(db, lock);
-            return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
+            return Ok(Reply::Array(vec![
+                Reply::Int(1),
+                Reply::Data(cur),
+                Reply::Int(pttl),
+            ]));
         }
         return Ok(Reply::Array(vec![Reply::Int(0)]));
     }
@@ -55,7 +61,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         keep,
         Some(Duration::from_millis(ttl + retention)),
     );
-    Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+    let pttl = db.pttl(lock);
+    Ok(Reply::Array(vec![
+        Reply::Int(1),
+        Reply::data(lease),
+        Reply::Int(pttl),
+    ]))
 }
 
 /// The fence digits of a stored lease, as `string.match(cur, '^tl1:%d+:(%d+):')` finds them.

@@ -19,11 +19,12 @@
 -- dropped. Plain callers ignore the queue (mixing them with fair ones never breaks the limit,
 -- only fairness).
 -- Returns
---   {1, expiry ms, fence, permits in use, permits held}
+--   {1, expiry ms, fence, permits in use, permits held, remaining ms}
 --                                           taken now, or held already under this nonce (a
 --                                           repeat: its lease is moved to ARGV[4] from now,
 --                                           its permits and fence kept, whatever ARGV[2]
---                                           says); safe to repeat.
+--                                           says); safe to repeat. remaining = the lease's
+--                                           time left as the server sees it (its score − TIME).
 --   {0, wait ms, permits in use}            they do not fit: the earliest holder's lease ends
 --                                           in wait ms (0 when nobody holds any: the limit
 --                                           itself is too small, impossible after validation).
@@ -86,7 +87,7 @@ if mine and redis.call('ZSCORE', KEYS[1], nonce) then
   stretch(KEYS[1], ttl)
   stretch(KEYS[2], ttl)
   local held, fence = string.match(mine, '^(%d+):(%d+)$')
-  return {1, expiry, tonumber(fence), in_use(), tonumber(held)}
+  return {1, expiry, tonumber(fence), in_use(), tonumber(held), expiry - now}
 end
 local used = in_use()
 local ahead, head_ends = 0, false
@@ -148,4 +149,4 @@ if keep < ttl + retention then
   keep = ttl + retention
 end
 redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', keep)
-return {1, expiry, fence, used + permits, permits}
+return {1, expiry, fence, used + permits, permits, expiry - now}

@@ -5,7 +5,8 @@
 --   ARGV[1]  the holder's nonce
 --   ARGV[2]  new lease length in ms (> 0)
 --   ARGV[3]  how long the fence state outlives the lease, in ms
--- Returns {1, expiry ms} renewed, {-1} not held (released, or its lease passed: a holder whose
+-- Returns {1, expiry ms, remaining ms} renewed (remaining = the lease's time left as the server
+-- sees it: its score − TIME), {-1} not held (released, or its lease passed: a holder whose
 -- lease has passed is gone, like an expired key, and cannot come back). Safe to repeat.
 -- Error WRONGTYPE when a key holds data that is not ours; nothing is written.
 -- Uses check_types and now_ms from prelude.lua, prepended.
@@ -30,4 +31,4 @@ local keep = ttl + tonumber(ARGV[3])
 if fence_type == 'string' and redis.call('PTTL', KEYS[3]) < keep then
   redis.call('PEXPIRE', KEYS[3], keep)
 end
-return {1, expiry}
+return {1, expiry, expiry - now}

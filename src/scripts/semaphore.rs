@@ -127,6 +127,7 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
             Reply::Int(fence as i64),
             Reply::Int(in_use(db, holdings)? as i64),
             Reply::Int(held as i64),
+            Reply::Int((expiry - now) as i64),
         ]));
     }
     let used = in_use(db, holdings)?;
@@ -195,6 +196,7 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         Reply::Int(fence as i64),
         Reply::Int((used + permits) as i64),
         Reply::Int(permits as i64),
+        Reply::Int((expiry - now) as i64),
     ]))
 }
 
@@ -218,7 +220,11 @@ fn renew(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> 
     if fence_type == "string" {
         stretch(db, fence_key, keep);
     }
-    Ok(Reply::Array(vec![Reply::Int(1), Reply::Int(expiry as i64)]))
+    Ok(Reply::Array(vec![
+        Reply::Int(1),
+        Reply::Int(expiry as i64),
+        Reply::Int((expiry - now) as i64),
+    ]))
 }
 
 fn release(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {

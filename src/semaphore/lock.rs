@@ -7,7 +7,8 @@ use tokio::time::Instant;
 
 use super::options::SemaphoreOptions;
 use crate::blocking;
-use crate::engine::{self, Waiters};
+use crate::deadline::{Remaining, local_deadline};
+use crate::engine::Waiters;
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::ttl_ms;
 use crate::script::{Reply, Script};
@@ -65,7 +66,8 @@ pub struct Permit {
     /// The lease's end by the server's clock (ms since the epoch).
     pub expiry_ms: u64,
     /// The local instant the lease must stop being relied on (the
-    /// [drift rule](crate::engine::local_deadline), from the request's send time).
+    /// [deadline rule](crate::deadline::local_deadline): the request's send time plus the lease's
+    /// time left as the server's answer reported it, less drift).
     pub deadline: Instant,
 }
 
@@ -326,7 +328,7 @@ impl<S: Store> Semaphore<S> {
                     .clamp(0, i64::from(u32::MAX)) as u32,
                 fence: int(2).ok_or_else(bad)? as u64,
                 expiry_ms: int(1).ok_or_else(bad)? as u64,
-                deadline: engine::local_deadline(sent, ttl),
+                deadline: local_deadline(sent, Remaining::at(items, 5, &SEM_ACQUIRE)?),
             })),
             Some(0) => Ok(PermitAttempt::Busy {
                 remaining: Duration::from_millis(int(1).unwrap_or(0).max(0) as u64),
@@ -337,7 +339,8 @@ impl<S: Store> Semaphore<S> {
     }
 
     /// Move the lease of the holder `nonce` to `ttl` from now (server time). Returns the new
-    /// local deadline, or `None` when the holder is gone (released, or its lease passed: an
+    /// local deadline (dated, as every lease, from this call's send time and the time left the
+    /// server reports), or `None` when the holder is gone (released, or its lease passed: an
     /// expired holder cannot come back). Safe to repeat. One round trip.
     ///
     /// # Errors
@@ -353,8 +356,12 @@ impl<S: Store> Semaphore<S> {
         let args = [nonce.to_owned(), ttl_ms.to_string(), self.retention_ms()];
         let sent = Instant::now();
         let reply = self.eval_retrying(&SEM_RENEW, &keys.three(), &args).await?;
-        match array(&reply, &SEM_RENEW)?.first().and_then(Reply::as_int) {
-            Some(1) => Ok(Some(engine::local_deadline(sent, ttl))),
+        let items = array(&reply, &SEM_RENEW)?;
+        match items.first().and_then(Reply::as_int) {
+            Some(1) => Ok(Some(local_deadline(
+                sent,
+                Remaining::at(items, 2, &SEM_RENEW)?,
+            ))),
             Some(-1) => Ok(None),
             _ => Err(unexpected(&SEM_RENEW, &reply)),
         }

@@ -45,7 +45,7 @@ impl<S: Store> Algorithm<S> for ExpireLockAlgorithm {
                     deadline: lease.deadline().expect("an acquired lease has a deadline"),
                 })),
                 Acquire::Held { remaining, .. } => Ok(Attempt::Busy {
-                    retry_after: Some(remaining),
+                    retry_after: remaining,
                 }),
             }
         })

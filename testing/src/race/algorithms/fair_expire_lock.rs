@@ -72,7 +72,7 @@ impl<S: Store> Algorithm<S> for FairExpireLock {
                 }
                 // Refresh the place well within the waiter lease (which also finds a grant).
                 FairAttempt::Busy { remaining } => Ok(Attempt::Busy {
-                    retry_after: Some(remaining.min(WAITER_LEASE / 3)),
+                    retry_after: Some(remaining.unwrap_or(WAITER_LEASE).min(WAITER_LEASE / 3)),
                 }),
             }
         })

@@ -955,6 +955,21 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
             );
         }
     }
+    // A key with a TTL is held while it exists, however long ago its timestamp passed.
+    store.set(&lk[0], b"1000").await.unwrap();
+    store
+        .pexpire(&lk[0], Duration::from_secs(30))
+        .await
+        .unwrap();
+    for unit in ["1000", "1"] {
+        tape.reply(
+            format!("legacy acquire over a passed timestamp with a ttl, unit {unit}"),
+            store
+                .eval(&legacy::ACQUIRE, &lk, &strings(&[unit, "30", "60000"]))
+                .await,
+            &[2],
+        );
+    }
     store.del(&lk[0]).await.unwrap();
     store.set(&lk[1], b"007").await.unwrap();
     let taken = store
@@ -1029,21 +1044,21 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r1", "30000"))
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "rw read r2 20ms",
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r2", "20"))
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "rw read r1 again",
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r1", "30000"))
             .await,
-        &[],
+        &[3],
     );
     // Scores are lease expiry times by each store's clock: compared by sign.
     let readers = store.zrange(&r).await;
@@ -1083,7 +1098,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &strings(&["r1", "30000"]),
             )
             .await,
-        &[],
+        &[2],
     );
     tape.reply(
         "rw release r1",
@@ -1128,10 +1143,10 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w1", "30000"))
         .await;
     let lease = match taken.as_ref().ok().and_then(Reply::as_array) {
-        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        Some([Reply::Int(1), lease, _]) => lease.as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
-    tape.reply("rw write w1", taken, &[]);
+    tape.reply("rw write w1", taken, &[2]);
     tape.reply(
         "rw write w2 refused",
         store
@@ -1166,7 +1181,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &strings(&[&lease, "r5", "30000", &channel]),
             )
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "rw count after downgrade",
@@ -1227,7 +1242,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r8", "30000"))
             .await,
-        &[2],
+        &[3],
     );
 
     // The fair writers' scripts: a queue of writers with waiter leases, a grant on release, a
@@ -1252,7 +1267,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
     let fair_release =
         |what: &str, by: &str| strings(&[what, by, "60000", &f("released"), "PUBLISH", "5000"]);
     let lease_of = |reply: &Result<Reply>| match reply.as_ref().ok().and_then(Reply::as_array) {
-        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        Some([Reply::Int(1), lease, _]) => lease.as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
     tape.reply(
@@ -1264,7 +1279,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &fair("a1", "30000", "0"),
             )
             .await,
-        &[],
+        &[2],
     );
     for (nonce, wl) in [
         ("b2", "30000"),
@@ -1296,7 +1311,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         )
         .await;
     let a1 = lease_of(&again);
-    tape.reply("fair a1 repeated", again, &[]);
+    tape.reply("fair a1 repeated", again, &[2]);
     tape.reply(
         "fair release a1: granted to b2",
         store
@@ -1357,7 +1372,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         )
         .await;
     let d4 = lease_of(&confirmed);
-    tape.reply("fair d4 confirms", confirmed, &[]);
+    tape.reply("fair d4 confirms", confirmed, &[2]);
     tape.record("fair queue after d4", store.key_type(&f("wq")).await);
     tape.record("fair intent after d4", store.key_type(&f("wi")).await);
     tape.reply(
@@ -1376,7 +1391,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         store
             .eval(&rw::READ_ACQUIRE, &fair_read_keys, &read("r2", "30000"))
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "fair e5 behind a reader",
@@ -1438,7 +1453,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &fair("e5", "30000", "1"),
             )
             .await,
-        &[],
+        &[2],
     );
     tape.value("fair intent passed to f6", store.get(&f("wi")).await);
     tape.reply(
@@ -1520,6 +1535,33 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
             },
         ])
         .await,
+    );
+    // Reads queued after a write: the time to live it left (a positive one reduced to 1), and
+    // a missing key's -2.
+    tape.record(
+        "watch wk for a write and its time to live",
+        con.watch(&keys, &[Read::Get("wk".to_owned())]).await,
+    );
+    let pttl = |key: &str| TxOp::Pttl {
+        key: key.to_owned(),
+    };
+    let ttl = |key: &str| TxOp::Ttl {
+        key: key.to_owned(),
+    };
+    let positive = |replies: Vec<Reply>| -> Vec<Reply> {
+        replies
+            .into_iter()
+            .map(|r| match r {
+                Reply::Int(n) if n > 0 => Reply::Int(1),
+                other => other,
+            })
+            .collect()
+    };
+    tape.record(
+        "exec a write, then its time to live",
+        con.exec(&[set("5"), pttl("wk"), ttl("wk"), pttl("wz"), ttl("wz")])
+            .await
+            .map(|replies| replies.map(positive)),
     );
     store
         .set_nx_px("wx", b"1", Duration::from_millis(20))

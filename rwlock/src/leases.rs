@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tairlock::deadline::{Remaining, local_deadline};
 use tairlock::scripts::{EXPIRE_UNLOCK, RENEW};
 use tairlock::{Error, ErrorKind, Lease, Reply, Result, Script, Store, Ttl, Unlock};
 use tokio::time::Instant;
@@ -16,7 +17,7 @@ use crate::scripts::{
 };
 use crate::types::{
     IntentInfo, QueuedWriter, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
-    WriteAttempt, WriteLease, deadline,
+    WriteAttempt, WriteLease,
 };
 
 /// One store and the options: every single step of the scripted lock. The documentation of each
@@ -108,11 +109,7 @@ impl<S: Store> Leases<S> {
         let items = array(&reply, &READ_ACQUIRE)?;
         match int_at(items, 0) {
             Some(1) => Ok(ReadAttempt::Acquired {
-                lease: ReadLease {
-                    nonce: nonce.to_owned(),
-                    expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
-                    deadline: deadline(sent, lease),
-                },
+                lease: read_grant(nonce, items, 3, sent, &READ_ACQUIRE)?,
                 readers: int_at(items, 2).unwrap_or(1).max(0) as usize,
             }),
             Some(0) => Ok(ReadAttempt::Blocked {
@@ -168,10 +165,11 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &WRITE_ACQUIRE)?;
         match int_at(items, 0) {
-            Some(1) => Ok(WriteAttempt::Acquired(WriteLease {
-                lease: lease_at(items, 1, &WRITE_ACQUIRE)?,
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(WriteAttempt::Acquired(write_grant(
+                items,
+                sent,
+                &WRITE_ACQUIRE,
+            )?)),
             Some(0) => Ok(WriteAttempt::Blocked {
                 by: blocker(items, &WRITE_ACQUIRE, &reply)?,
                 remaining: remaining(int_at(items, 2)),
@@ -235,10 +233,11 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &FAIR_WRITE_ACQUIRE)?;
         match int_at(items, 0) {
-            Some(1) => Ok(WriteAttempt::Acquired(WriteLease {
-                lease: lease_at(items, 1, &FAIR_WRITE_ACQUIRE)?,
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(WriteAttempt::Acquired(write_grant(
+                items,
+                sent,
+                &FAIR_WRITE_ACQUIRE,
+            )?)),
             Some(0) => Ok(WriteAttempt::Blocked {
                 by: blocker(items, &FAIR_WRITE_ACQUIRE, &reply)?,
                 remaining: remaining(int_at(items, 2)),
@@ -369,9 +368,20 @@ impl<S: Store> Leases<S> {
         nonce: &str,
         lease: Duration,
     ) -> Result<Option<ReadLease>> {
+        self.read_renew_as(name, nonce, lease, Instant::now()).await
+    }
+
+    /// [`read_renew`](Self::read_renew) dated from `sent`: a repeat of a renewal whose reply
+    /// was lost is dated from the first send.
+    pub(crate) async fn read_renew_as(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+        sent: Instant,
+    ) -> Result<Option<ReadLease>> {
         let keys = self.keys(name)?;
         let lease_ms = tairlock::ttl_ms(lease)?;
-        let sent = Instant::now();
         let reply = self
             .eval(
                 &READ_RENEW,
@@ -381,11 +391,7 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &READ_RENEW)?;
         match int_at(items, 0) {
-            Some(1) => Ok(Some(ReadLease {
-                nonce: nonce.to_owned(),
-                expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(Some(read_grant(nonce, items, 2, sent, &READ_RENEW)?)),
             Some(-1) => Ok(None),
             _ => Err(unexpected(&READ_RENEW, &reply)),
         }
@@ -433,10 +439,7 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &RENEW)?;
         match int_at(items, 0) {
-            Some(1) => Ok(Some(WriteLease {
-                lease: lease_at(items, 1, &RENEW)?,
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(Some(write_grant(items, sent, &RENEW)?)),
             Some(0 | -1) => Ok(None),
             _ => Err(unexpected(&RENEW, &reply)),
         }
@@ -499,11 +502,7 @@ impl<S: Store> Leases<S> {
         }?;
         let items = array(&reply, &DOWNGRADE)?;
         match int_at(items, 0) {
-            Some(1) => Ok(Some(ReadLease {
-                nonce: nonce.to_owned(),
-                expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
-                deadline: deadline(sent, read_lease),
-            })),
+            Some(1) => Ok(Some(read_grant(nonce, items, 3, sent, &DOWNGRADE)?)),
             Some(0 | -1) => Ok(None),
             _ => Err(unexpected(&DOWNGRADE, &reply)),
         }
@@ -662,6 +661,33 @@ impl<S: Store> Leases<S> {
             other => other,
         }
     }
+}
+
+/// The reader lease `nonce` a grant or renewal answered (`{1, expiry, …}`), relied on until the
+/// deadline rule's instant for the remaining time the reply reports at `at`, the request having
+/// been first sent at `sent`.
+fn read_grant(
+    nonce: &str,
+    items: &[Reply],
+    at: usize,
+    sent: Instant,
+    script: &Script,
+) -> Result<ReadLease> {
+    Ok(ReadLease {
+        nonce: nonce.to_owned(),
+        expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
+        deadline: local_deadline(sent, Remaining::at(items, at, script)?),
+    })
+}
+
+/// The write lease a grant or renewal answered (`{1, lease, pttl}`), relied on until the
+/// deadline rule's instant for the writer key's `PTTL` the reply reports, the request having
+/// been first sent at `sent`.
+fn write_grant(items: &[Reply], sent: Instant, script: &Script) -> Result<WriteLease> {
+    Ok(WriteLease {
+        lease: lease_at(items, 1, script)?,
+        deadline: local_deadline(sent, Remaining::at(items, 2, script)?),
+    })
 }
 
 /// The `released` part of a release script's reply as an [`Unlock`].

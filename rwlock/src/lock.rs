@@ -104,7 +104,8 @@ impl<S: Store> RwLock<S> {
 
     /// Single step: admit one reader with `nonce` for `lease`, unless a writer holds the lock
     /// (or, under [`Preference::Writer`](crate::Preference::Writer), waits for it). One round trip; safe to repeat with the
-    /// same nonce (a repeat returns the same admission).
+    /// same nonce (a repeat returns the same admission, with the time it has left: the lease's
+    /// [`deadline`](crate::ReadLease::deadline) is dated from that, never from `lease`).
     ///
     /// Guards ([`read`](Self::read) and friends) are built on this; use it directly only to
     /// drive the protocol step by step (tests, `tairlock race`).
@@ -127,7 +128,8 @@ impl<S: Store> RwLock<S> {
     /// live reader is in (and no other writer's intent is up); the lease carries a fencing
     /// token. When refused and `intent` is given, announce this writer's intent for that long
     /// (re-asserting it when this nonce's intent is already up), so new readers stay out. One
-    /// round trip; safe to repeat with the same nonce.
+    /// round trip; safe to repeat with the same nonce (a repeat returns the lease the first call
+    /// wrote, with the time it has left).
     ///
     /// # Errors
     ///
@@ -279,8 +281,9 @@ impl<S: Store> RwLock<S> {
     /// `None` when the write lease is gone.
     ///
     /// Safe to repeat with the same `nonce`: once the downgrade happened, a repeat finds its
-    /// reader and answers the same (with the reader's expiry), so a call that got no answer (a
-    /// timeout or a dropped connection) is repeated here once more than other single steps.
+    /// reader and answers the same (with the reader's expiry and the time it has left), so a
+    /// call that got no answer (a timeout or a dropped connection) is repeated here once more
+    /// than other single steps.
     ///
     /// # Errors
     ///

@@ -20,9 +20,11 @@
 --   ARGV[8]  the lock's intent channel: a newly raised intent against live readers is announced
 --   ARGV[9]  'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns
---   {1, lease}                      ours: taken now, or granted by a release (confirmed now: the
+--   {1, lease, pttl}                ours: taken now, or granted by a release (confirmed now: the
 --                                   lease is rewritten to ARGV[2] from now, the fence kept), or
---                                   held already (a repeat); safe to repeat
+--                                   held already (a repeat); safe to repeat; pttl: the time the
+--                                   writer key has left, which the client's deadline is dated
+--                                   from
 --   {0, 'writer', pttl, readers}    another writer holds it for pttl more ms
 --   {0, 'intent', pttl, readers}    a live fair writer is queued ahead (pttl: its place's time
 --                                   left), or a plain writer's intent is up (pttl: its time left)
@@ -108,7 +110,7 @@ local function take(fence)
       redis.call('DEL', KEYS[3])
     end
   end
-  return {1, lease}
+  return {1, lease, redis.call('PTTL', KEYS[1])}
 end
 if writer then
   local mine = ':' .. nonce

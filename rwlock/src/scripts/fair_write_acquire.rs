@@ -133,7 +133,11 @@ impl Run<'_> {
                 }
             }
         }
-        Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+        Ok(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::data(lease),
+            Reply::Int(db.pttl(&self.keys[0])),
+        ]))
     }
 }
 

@@ -332,6 +332,23 @@ impl Drop for Ticket<'_> {
 /// on a server that answers, the call returns with nothing of it left behind.
 pub const CLEANUP_WAIT: Duration = Duration::from_millis(50);
 
+/// Run `undo` as a task of its own on the store's runtime (`runtime`, else the ambient one, else
+/// tairlock's background runtime): cleanup never belongs to a caller's future, which may be
+/// dropped. The one way every kind's undo and rollback is started.
+pub fn spawn_cleanup(
+    runtime: Option<tokio::runtime::Handle>,
+    undo: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    crate::blocking::spawn_handle(runtime).spawn(undo)
+}
+
+/// Wait for a cleanup task from [`spawn_cleanup`] at most `wait` (one round trip: see
+/// [`CLEANUP_WAIT`]); it goes on in the background after that, and if this future is dropped.
+/// Returns whether it finished.
+pub async fn settle_cleanup(cleanup: tokio::task::JoinHandle<()>, wait: Duration) -> bool {
+    matches!(tokio::time::timeout(wait, cleanup).await, Ok(Ok(())))
+}
+
 /// Armed while an attempt's outcome is unknown (or a refused one left something behind). The
 /// undo it runs is a task of its own on the store's runtime, spawned when the acquisition gives
 /// up ([`finish`](Self::finish)) or when dropped armed (the acquire was cancelled, or returns
@@ -351,7 +368,7 @@ impl<K: Kind> Cleanup<K> {
             return None;
         }
         let undo = self.kind.clone().undo(self.nonce.clone());
-        Some(crate::blocking::spawn_handle(self.kind.store().runtime()).spawn(undo))
+        Some(spawn_cleanup(self.kind.store().runtime(), undo))
     }
 
     /// Give up: spawn the undo, and wait for it at most one round trip ([`CLEANUP_WAIT`], or
@@ -359,7 +376,7 @@ impl<K: Kind> Cleanup<K> {
     /// behind when it returns, and never returns much later than its patience.
     async fn finish(&mut self) {
         if let Some(undo) = self.spawn() {
-            let _ = tokio::time::timeout(CLEANUP_WAIT.max(self.round_trip), undo).await;
+            settle_cleanup(undo, CLEANUP_WAIT.max(self.round_trip)).await;
         }
     }
 }

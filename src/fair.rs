@@ -87,8 +87,9 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// # Errors
     ///
-    /// Invalid name or TTL; a key holds data that is not ours (nothing is written); store
-    /// errors.
+    /// Invalid name or TTL, or a nonce that is not hex digits (it becomes the lease's nonce:
+    /// use [`new_nonce`](crate::new_nonce)): [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), nothing sent; a key holds data that is not ours (nothing is
+    /// written); store errors.
     ///
     /// # Cancel safety
     ///
@@ -113,6 +114,7 @@ impl<S: Store> ExpireLock<S> {
         nonce: &str,
         queue: bool,
     ) -> Result<(FairAttempt, u64)> {
+        crate::lease::check_nonce(nonce, "a fair waiter's nonce")?;
         let keys = self.fair_keys(name)?;
         let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
         let args = [
@@ -160,6 +162,7 @@ impl<S: Store> ExpireLock<S> {
     /// Dropping it may or may not have left; the waiter lease ends the place (and a grant) in
     /// any case.
     pub async fn fair_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        crate::lease::check_nonce(nonce, "a fair waiter's nonce")?;
         Ok(match self.fair_unlock_by(name, nonce, "nonce").await? {
             1 => Unlock::Released,
             0 => Unlock::HeldByOther,

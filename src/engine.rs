@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rand::Rng;
@@ -143,15 +143,16 @@ pub trait Kind: Clone + Send + Sync + 'static {
         None
     }
 
-    /// Whether the wake-up message `message` hands this acquisition (under `nonce`) the lock at
+    /// Whether the wake-up messages `messages` hand this acquisition (under `nonce`) the lock at
     /// once, without another attempt: `Some` with what it holds, dated conservatively from
     /// `sent` (when the last attempt, refused, was sent). Asked only after a notification woke
-    /// a waiter whose last attempt was refused, for each message delivered since that attempt
-    /// was sent. Must be safe against lost, repeated and stale messages: answer `Some` only
-    /// when the message proves the lock is this nonce's now, and until the deadline given.
-    /// Default: never (the next attempt finds out).
-    fn granted(&self, nonce: &str, message: &str, sent: Instant) -> Option<Self::Held> {
-        let _ = (nonce, message, sent);
+    /// a waiter whose last attempt was refused, with the messages delivered since that attempt
+    /// was sent, oldest first (a later one may take back an earlier one). Must be safe against
+    /// lost, repeated and stale messages: answer `Some` only when the messages prove the lock
+    /// is this nonce's now, and until the deadline given. Default: never (the next attempt
+    /// finds out).
+    fn granted(&self, nonce: &str, messages: &[Arc<str>], sent: Instant) -> Option<Self::Held> {
+        let _ = (nonce, messages, sent);
         None
     }
 
@@ -620,10 +621,7 @@ async fn acquire_observed<K: Kind>(
         observed.woke(woken_by_notification);
         if woken_by_notification && let (Some(w), Some(cursor)) = (&watch, cursor) {
             // A one-hop handoff: the release told us the lock is ours; no attempt needed.
-            let granted = w
-                .messages_after(cursor)
-                .iter()
-                .find_map(|message| kind.granted(&cleanup.nonce, message, sent));
+            let granted = kind.granted(&cleanup.nonce, &w.messages_after(cursor), sent);
             if let Some(held) = granted {
                 cleanup.armed = false;
                 return Ok(Some(held));
@@ -635,7 +633,6 @@ async fn acquire_observed<K: Kind>(
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
-    use std::sync::Arc;
 
     use parking_lot::Mutex;
 

@@ -5,11 +5,11 @@
 //! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease}` / `{0, holder, pttl}` |
 //! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel, [publish cmd]] | `1` / `0` / `-1` |
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease}` / `{0}` / `{-1}` |
-//! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
+//! | [`FORCE_UNLOCK`] | lock, [grant record] | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, ...}` / `{0, i, holder, pttl}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease}` / `{0, pttl}` |
-//! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
+//! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters, [grant record] | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
 //! | [`SEM_ACQUIRE`] | holders, holdings, fence, queue, waiters | nonce, permits, limit, lease ms, fence retention ms, `0`/`wait`/`once`, waiter lease ms | `{1, expiry, fence, in use, held}` / `{0, wait ms, in use}` |
 //! | [`SEM_RENEW`] | holders, holdings, fence | nonce, lease ms, fence retention ms | `{1, expiry}` / `{-1}` |
 //! | [`SEM_RELEASE`] | holders, holdings, queue, waiters | nonce, release channel, [publish cmd] | `1` / `-1` |

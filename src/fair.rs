@@ -514,9 +514,9 @@ mod tests {
                 .is_none()
         );
         // The revocation of another grant takes nothing back.
-        let other = format!("revoked:tl1:1700000002000:43:00aa");
+        let other = "revoked:tl1:1700000002000:43:00aa";
         assert!(
-            step.granted(NONCE, &messages(&[&granted, &other]), sent)
+            step.granted(NONCE, &messages(&[&granted, other]), sent)
                 .is_some()
         );
     }

@@ -186,11 +186,15 @@ impl<S: Store> Leases<S> {
     /// lease becomes `lease` long, same fencing token); else refused, and — with `queue` — this
     /// writer joins the queue or refreshes its place for
     /// [`Options::waiter_lease`](crate::Options::waiter_lease), and under writer preference the
-    /// intent names the first queued writer for `intent`. One round trip; safe to repeat.
+    /// intent names the first queued writer for `intent`. With `announce_idle` (a waiting
+    /// writer under reader preference, once per wait), refused by live readers, it announces
+    /// `idle` on the intent channel, as [`write_acquire`](Self::write_acquire) does. One round
+    /// trip; safe to repeat.
     ///
     /// # Errors
     ///
     /// As [`write_acquire`](Self::write_acquire).
+    #[allow(clippy::too_many_arguments, reason = "one per argument of the script")]
     pub(crate) async fn fair_write_acquire(
         &self,
         name: &str,
@@ -199,6 +203,7 @@ impl<S: Store> Leases<S> {
         intent: Option<Duration>,
         queue: bool,
         wake: &str,
+        announce_idle: bool,
     ) -> Result<WriteAttempt> {
         let keys = self.keys(name)?;
         writer_nonce(nonce)?;
@@ -230,6 +235,7 @@ impl<S: Store> Leases<S> {
                     if queue { "1" } else { "0" }.to_owned(),
                     keys.intent_channel,
                     self.publish_command(),
+                    if announce_idle { "1" } else { "0" }.to_owned(),
                 ],
             )
             .await?;

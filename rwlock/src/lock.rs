@@ -172,7 +172,7 @@ impl<S: Store> RwLock<S> {
     ) -> Result<WriteAttempt> {
         let wake = self.fair_wake_channel(name)?;
         self.leases
-            .fair_write_acquire(name, nonce, lease, intent, queue, &wake)
+            .fair_write_acquire(name, nonce, lease, intent, queue, &wake, false)
             .await
     }
 

@@ -78,7 +78,10 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let now_us = now_us(db);
     let now = now_us / 1000;
     let pair = |a, b| Ok(Reply::Array(vec![Reply::Int(a), Reply::Int(b)]));
+    let mut was_first = false;
     let (ours, withdrew) = if args[1] == "nonce" {
+        was_first = writer.is_none()
+            && head(db, keys, now)?.is_some_and(|(first, _, _)| first == args[0].as_bytes());
         leave(db, keys, args[0].as_bytes())?;
         (
             writer
@@ -94,6 +97,9 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         if moves && !pass_intent(db, keys, now, intent_ms)? {
             db.publish(&args[3]);
         }
+        if was_first && let Some((_, _, channel)) = head(db, keys, now)? {
+            db.publish(&channel);
+        }
         return if writer.is_some() {
             pair(0, 0)
         } else {
@@ -102,7 +108,13 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     }
     db.del(w);
     let retention = int_arg(args, 2)? as u64;
-    if let Some((first, wl, channel)) = head(db, keys, now)? {
+    // A plain writer's intent: it goes first, as for plain writers.
+    let plain_intent = intent.is_some() && !moves;
+    let first = match plain_intent {
+        true => None,
+        false => head(db, keys, now)?,
+    };
+    if let Some((first, wl, channel)) = first {
         let fence = (last + 1).max(now_us);
         let lease = format_lease(now + wl, fence, &String::from_utf8_lossy(&first));
         db.set(w, lease, Some(Duration::from_millis(wl)));

@@ -69,6 +69,7 @@ both!(
     a_fair_release_respects_a_plain_writers_intent,
     the_first_queued_writer_leaving_a_free_lock_wakes_the_next,
     a_waiting_fair_writer_under_reader_preference_ends_idle_shared_holds,
+    abandoning_or_leaving_as_of_a_snapshot_leaves_a_newer_lease_alone,
 );
 
 /// A fair writer that queues under `nonce` (waiter lease 10 s; an intent of `intent_ms`, 0 for
@@ -225,4 +226,57 @@ async fn a_waiting_fair_writer_under_reader_preference_ends_idle_shared_holds<S:
         "the idle hold went"
     );
     guard.release().await.unwrap();
+}
+
+/// An operator's abandon or leave "as of" a snapshot whose last fencing token was `F`: a lease
+/// held under the nonce with a larger token (taken after the snapshot) stays; with `F` or more,
+/// it goes as with the unbounded steps.
+async fn abandoning_or_leaving_as_of_a_snapshot_leaves_a_newer_lease_alone<S: Store>(p: Pair<S>) {
+    let rw = RwLock::with_options(p.a.clone(), Options::default().fair(true));
+    let take = |nonce: &'static str| {
+        let rw = rw.clone();
+        async move {
+            match rw
+                .fair_write_acquire(NAME, nonce, Duration::from_secs(30), None, true)
+                .await
+                .unwrap()
+            {
+                tairlock_rwlock::WriteAttempt::Acquired(lease) => lease,
+                other => panic!("not taken: {other:?}"),
+            }
+        }
+    };
+    let lease = take("cafe01").await;
+    let before = lease.fence() - 1;
+    assert_eq!(
+        rw.write_abandon_as_of(NAME, "cafe01", before)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        rw.fair_write_leave_as_of(NAME, "cafe01", before)
+            .await
+            .unwrap(),
+        tairlock::Unlock::HeldByOther
+    );
+    assert_eq!(
+        rw.inspect(NAME).await.unwrap().writer.as_ref(),
+        Some(lease.lease())
+    );
+    assert_eq!(
+        rw.write_abandon_as_of(NAME, "cafe01", lease.fence())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(rw.inspect(NAME).await.unwrap().writer, None);
+    let lease = take("cafe02").await;
+    assert_eq!(
+        rw.fair_write_leave_as_of(NAME, "cafe02", lease.fence())
+            .await
+            .unwrap(),
+        tairlock::Unlock::Released
+    );
+    assert_eq!(rw.inspect(NAME).await.unwrap().writer, None);
 }

@@ -7,7 +7,7 @@
 //! | kind | how | refused when |
 //! |---|---|---|
 //! | expire lock | one script ([`ExpireLock::force_unlock`]) | the key is not a string, or not a `tl1:` lease |
-//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone, except a grant a fair release made since to a writer that was queued in the snapshot (its leaving gives the grant back) | any of the lock's keys holds somebody else's data |
+//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone: a writer whose fencing token is above the last one the snapshot saw issued (also one that holds the lock under the nonce of an intent or a place the snapshot saw), and a reader the snapshot did not list | any of the lock's keys holds somebody else's data |
 //! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
@@ -213,53 +213,66 @@ pub async fn rw<S: Store>(
         }
     };
     let (mut writer, mut readers, mut intent, mut queued) = (false, 0, false, 0);
-    // A writer's lease rotates with each renewal: one that renewed between the snapshot and
-    // its release is looked at again.
+    let seen = locks.inspect(name).await?;
+    if !seen.foreign.is_empty() {
+        let foreign: Vec<String> = seen
+            .foreign
+            .iter()
+            .map(|(key, kind)| format!("{key} holds a {kind} that is not ours"))
+            .collect();
+        return Ok(report.refused(foreign.join("; ")));
+    }
+    // Every write hold the snapshot saw has a fencing token no larger than the last one issued
+    // by then; one taken since has a larger one, and is left alone, even when its writer holds
+    // it under the nonce of an intent or a place the snapshot saw (a fair writer that got in).
+    let seen_writer = seen.writer.as_ref().map(tairlock::Lease::fence);
+    let last_fence = seen.last_fence.max(seen_writer).unwrap_or(0);
+    // The intent first: once the readers are gone, a waiting writer takes the lock with the
+    // nonce of its intent (a writer still waiting announces its intent again).
+    if let Some(waiting) = &seen.intent {
+        match locks
+            .write_abandon_as_of(name, &waiting.nonce, last_fence)
+            .await
+        {
+            Ok(n) => intent |= n > 0,
+            Err(e) => return refuse(e, report),
+        }
+    }
+    // Then the fair writers' queue, last place first: each leaves as its writer would
+    // (withdrawing an intent naming it); a place whose waiter lease ran out goes too.
+    for place in seen.queue.iter().rev() {
+        match locks
+            .fair_write_leave_as_of(name, &place.nonce, last_fence)
+            .await
+        {
+            Ok(_) => queued += 1,
+            Err(e) => return refuse(e, report),
+        }
+    }
+    // The writer's lease rotates with each renewal (its fencing token stays): one that renewed
+    // between the snapshot and its release is looked at again; a writer with another token is
+    // a new one.
+    let mut lease = seen.writer.clone();
     for _ in 0..WATCH_ATTEMPTS {
-        let seen = locks.inspect(name).await?;
-        if !seen.foreign.is_empty() {
-            let foreign: Vec<String> = seen
-                .foreign
-                .iter()
-                .map(|(key, kind)| format!("{key} holds a {kind} that is not ours"))
-                .collect();
-            return Ok(report.refused(foreign.join("; ")));
-        }
-        // The intent first: once the readers are gone, a waiting writer takes the lock with
-        // the nonce of its intent, and abandoning that nonce afterwards would delete the new
-        // writer's lease as well (a writer still waiting announces its intent again).
-        if let Some(waiting) = &seen.intent {
-            match locks.write_abandon(name, &waiting.nonce).await {
-                Ok(n) => intent |= n > 0,
-                Err(e) => return refuse(e, report),
+        let Some(current) = lease.take() else { break };
+        match locks.write_release(name, &current).await {
+            Ok(tairlock::Unlock::Released) => writer = true,
+            Ok(tairlock::Unlock::HeldByOther) => {
+                lease = locks
+                    .inspect(name)
+                    .await?
+                    .writer
+                    .filter(|again| again.fence() == current.fence());
             }
+            Ok(_) => {}
+            Err(e) => return refuse(e, report),
         }
-        // Then the fair writers' queue, last place first: each leaves as its writer would
-        // (withdrawing an intent naming it); a place whose waiter lease ran out goes too.
-        for place in seen.queue.iter().rev() {
-            match locks.fair_write_leave(name, &place.nonce).await {
-                Ok(_) => queued += 1,
-                Err(e) => return refuse(e, report),
-            }
-        }
-        let mut renewed = false;
-        if let Some(lease) = &seen.writer {
-            match locks.write_release(name, lease).await {
-                Ok(tairlock::Unlock::Released) => writer = true,
-                Ok(tairlock::Unlock::HeldByOther) => renewed = true,
-                Ok(_) => {}
-                Err(e) => return refuse(e, report),
-            }
-        }
-        for reader in &seen.readers {
-            match locks.read_release(name, &reader.nonce).await {
-                Ok(true) => readers += 1,
-                Ok(false) => {}
-                Err(e) => return refuse(e, report),
-            }
-        }
-        if !renewed {
-            break;
+    }
+    for reader in &seen.readers {
+        match locks.read_release(name, &reader.nonce).await {
+            Ok(true) => readers += 1,
+            Ok(false) => {}
+            Err(e) => return refuse(e, report),
         }
     }
     let mut report = report.deleted_if(writer || readers > 0 || intent || queued > 0);

@@ -15,6 +15,9 @@
 --   ARGV[5]  'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 --   ARGV[6]  intent lease in ms (writer preference; 0: none): a fair intent passes to the next
 --            live queued writer for that long
+--   ARGV[7]  optional, with 'nonce': a fencing token, the last an operator's snapshot saw
+--            issued: a write lock held under the nonce is given back only if its token is no
+--            larger (one taken or granted after the snapshot is left alone)
 -- A plain writer's intent (one no queued fair writer holds) is respected: a release then grants
 -- nothing, frees the lock and announces on ARGV[4], where that writer waits. A waiter leaving a
 -- free write lock as the first live queued writer (no release is coming to hand it on) wakes
@@ -81,6 +84,10 @@ if ARGV[2] == 'nonce' then
   withdrew = intent == ARGV[1]
   local mine = ':' .. ARGV[1]
   ours = writer and string.sub(writer, -#mine) == mine
+  if ours and ARGV[7] then
+    local fence = tonumber(string.match(writer, '^tl1:%d+:(%d+):'))
+    ours = fence ~= nil and fence <= tonumber(ARGV[7])
+  end
 else
   ours = writer == ARGV[1]
 end

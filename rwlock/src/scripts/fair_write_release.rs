@@ -3,7 +3,7 @@ use std::time::Duration;
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_us};
 use tairlock::scripts::{format_lease, read_fence};
 
-use super::db::{ends_with_nonce, intent, typed, waiter_entry, writer_lease};
+use super::db::{ends_with_nonce, intent, lease_fence, typed, waiter_entry, writer_lease};
 
 /// A fair writer's release (or a fair waiter leaving), granting the freed write lock to the
 /// first live queued writer. Lua: `fair_write_release.lua`.
@@ -83,10 +83,17 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         was_first = writer.is_none()
             && head(db, keys, now)?.is_some_and(|(first, _, _)| first == args[0].as_bytes());
         leave(db, keys, args[0].as_bytes())?;
+        // Lua: `^tl1:%d+:(%d+):`, and no bound without ARGV[7].
+        let seen = |lease: &[u8]| match args.get(6) {
+            None => true,
+            Some(bound) => lease_fence(lease)
+                .zip(bound.parse::<u64>().ok())
+                .is_some_and(|(fence, bound)| fence <= bound),
+        };
         (
             writer
                 .as_ref()
-                .is_some_and(|v| ends_with_nonce(v, &args[0])),
+                .is_some_and(|v| ends_with_nonce(v, &args[0]) && seen(v)),
             intent.as_deref() == Some(args[0].as_bytes()),
         )
     } else {

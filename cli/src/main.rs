@@ -58,8 +58,9 @@ enum Command {
     #[command(name = "__supervise", hide = true)]
     Supervise(SuperviseArgs),
     /// Delete a lock whoever holds it: an expire lock, a reader/writer lock (--rw, or detected:
-    /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
-    /// that holds anything but one of our locks (exit 5).
+    /// its writer, live readers and writer intent), a semaphore (--sem, or detected: every
+    /// holder's permits) or a legacy key (--legacy). Refuses a key that holds anything but one
+    /// of our locks (exit 5).
     Unlock(UnlockArgs),
 }
 

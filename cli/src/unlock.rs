@@ -1,6 +1,6 @@
 //! `tairlock unlock --force KEY`: delete a lock whoever holds it, for every kind — the expire
 //! lock, a reader/writer lock (its writer, every live reader, a waiting writer's intent and the
-//! fair writers' queue), and
+//! fair writers' queue), a semaphore (every holder's permits), and
 //! a legacy `SETNX`/`GETSET` key. A key that holds anything but one of our locks (a user's data)
 //! is refused, and nothing is deleted.
 //!
@@ -8,19 +8,23 @@
 //! |---|---|---|
 //! | expire lock | one script ([`ExpireLock::force_unlock`]) | the key is not a string, or not a `tl1:` lease |
 //! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone: a writer whose fencing token is above the last one the snapshot saw issued (also one that holds the lock under the nonce of an intent or a place the snapshot saw), and a reader the snapshot did not list | any of the lock's keys holds somebody else's data |
+//! | semaphore | one snapshot ([`Semaphore::inspect`]), then each holder it saw given back by its nonce ([`Semaphore::force_release`]), each announcing the release to waiters; a holder admitted after the snapshot is left alone | a key of the semaphore holds somebody else's data |
 //! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
 //! course delete the lock of a holder that arrived in between, which is what "force" means.
 //!
 //! The command itself, [`command`], takes the flags ([`UnlockArgs`]), picks the kind (`--legacy`,
-//! `--rw`, a key named with a reader/writer suffix, or detected) and prints the report.
+//! `--rw`, `--sem`, a key named with a reader/writer or semaphore suffix, or detected) and
+//! prints the report.
 
 use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
-use tairlock::{ErrorKind, ExpireLock, Keyspace, Options, Reply, Store};
+use tairlock::{
+    ErrorKind, ExpireLock, Keyspace, Options, Reply, Semaphore, SemaphoreOptions, Store,
+};
 use tairlock_legacy::WatchStore;
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
 use tairlock_legacy::wire::parse_value;
@@ -28,8 +32,8 @@ use tairlock_rwlock::RwLock;
 
 use crate::exit::{Exit, usage};
 use crate::flags::{KeyArgs, keyspace_of};
-use crate::rw_inspect;
 use crate::target::StoreJob;
+use crate::{rw_inspect, sem_inspect};
 
 /// How many times a legacy unlock retries after the key changed under its `WATCH`.
 const WATCH_ATTEMPTS: usize = 8;
@@ -43,6 +47,8 @@ pub enum Kind {
     /// A reader/writer lock, `<prefix>{name}:w`, `:r`, `:wi`, and its fair writers' queue,
     /// `:wq`, `:ww`.
     Rw,
+    /// A semaphore, `<prefix>{name}:sem` and its other keys.
+    Sem,
     /// A legacy key, exactly as named.
     Legacy,
 }
@@ -71,6 +77,9 @@ pub struct UnlockReport {
     /// Reader/writer locks: how many places in the fair writers' queue were cleared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queued: Option<usize>,
+    /// Semaphores: how many holders' permits were given back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<usize>,
     /// Why it was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -87,6 +96,7 @@ impl UnlockReport {
             readers: None,
             intent: None,
             queued: None,
+            holders: None,
             reason: None,
         }
     }
@@ -118,6 +128,7 @@ impl UnlockReport {
         let what = match self.kind {
             Kind::Expire => "the lock",
             Kind::Rw => "the reader/writer lock",
+            Kind::Sem => "the semaphore",
             Kind::Legacy => "the legacy lock",
         };
         match self.outcome.as_str() {
@@ -141,6 +152,11 @@ impl UnlockReport {
                     "none"
                 },
                 self.queued.unwrap_or(0),
+            ),
+            "deleted" if self.kind == Kind::Sem => format!(
+                "released {what} {}: {} holder(s)",
+                self.name,
+                self.holders.unwrap_or(0)
             ),
             "deleted" => format!("deleted {what} {}", self.name),
             _ => format!("{what} {} is not held", self.name),
@@ -283,6 +299,50 @@ pub async fn rw<S: Store>(
     Ok(report)
 }
 
+/// Force-release the semaphore `name`: give back the permits of every holder one snapshot saw,
+/// each by its nonce (a holder admitted since is left alone). The holders are not told; each
+/// finds its permits gone at its next renewal.
+///
+/// # Errors
+///
+/// Store errors; the holders released before the error stay released, and a repeat releases
+/// the rest.
+///
+/// # Cancel safety
+///
+/// Each holder is released by one script: dropped midway, some are released and the rest are
+/// not; a repeat finishes the job.
+pub async fn sem<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+) -> tairlock::Result<UnlockReport> {
+    // Giving back by nonce counts against no limit.
+    let sem = Semaphore::with_options(store, 1, SemaphoreOptions::default().keyspace(keyspace));
+    let keys = sem.keys(name)?;
+    let report = UnlockReport::new(
+        name,
+        Kind::Sem,
+        vec![keys.holders, keys.holdings, keys.fence, keys.limit],
+    );
+    let seen = sem.inspect(name).await?;
+    if seen.foreign {
+        return Ok(report.refused("a key of the semaphore holds data that is not ours".into()));
+    }
+    let mut released = 0;
+    for holder in &seen.holders {
+        match sem.force_release(name, &holder.nonce).await {
+            Ok(true) => released += 1,
+            Ok(false) => {}
+            Err(e) if e.is_wrong_type() => return Ok(report.refused(e.to_string())),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut report = report.deleted_if(released > 0);
+    report.holders = Some(released);
+    Ok(report)
+}
+
 /// Whether `value` reads as a legacy lock's timestamp: a Unix time, in seconds or in
 /// milliseconds, from 2000 to ten years from now. A bare integer is all the format has, so
 /// this is what tells a lock from a user's counter (`123` is refused; a counter that happens to
@@ -377,6 +437,10 @@ pub struct UnlockArgs {
     /// the fair writers' queue (detected automatically when its keys exist).
     #[arg(long, conflicts_with = "legacy")]
     rw: bool,
+    /// Unlock a semaphore: give back every holder's permits (detected automatically when its
+    /// holders key exists and no lock key does).
+    #[arg(long, conflicts_with_all = ["legacy", "rw"])]
+    sem: bool,
     /// Unlock a legacy SETNX/GETSET lock: KEY exactly as the old code names it, deleted if it
     /// holds a bare timestamp.
     #[arg(long)]
@@ -389,6 +453,7 @@ struct UnlockJob {
     keyspace: Option<Keyspace>,
     name: String,
     rw: bool,
+    sem: bool,
 }
 
 impl StoreJob for UnlockJob {
@@ -398,7 +463,9 @@ impl StoreJob for UnlockJob {
         let Some(keyspace) = self.keyspace else {
             return legacy(store, &self.name).await;
         };
-        if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
+        if self.sem || (!self.rw && sem_inspect::detect(&store, &keyspace, &self.name).await?) {
+            sem(store, keyspace, &self.name).await
+        } else if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
             rw(store, keyspace, &self.name).await
         } else {
             expire(store, keyspace, &self.name).await
@@ -412,6 +479,7 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         force,
         key,
         rw,
+        sem,
         legacy,
     } = args;
     if !force {
@@ -429,14 +497,20 @@ pub fn command(args: UnlockArgs) -> ExitCode {
             keyspace: None,
             name: key.key.clone(),
             rw: false,
+            sem: false,
         }
     } else {
-        let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
+        let named_sem = sem_inspect::split_key(&key.key);
+        let (prefix, name, named_rw) = match &named_sem {
+            Some((prefix, name)) => (prefix.clone(), name.clone(), false),
+            None => rw_inspect::split_key(&key.key, &key.prefix),
+        };
         match keyspace_of(prefix, &name) {
             Ok(keyspace) => UnlockJob {
                 keyspace: Some(keyspace),
                 name,
                 rw: rw || named_rw,
+                sem: sem || named_sem.is_some(),
             },
             Err(e) => return usage(e),
         }

@@ -159,3 +159,64 @@ async fn a_writer_that_renewed_after_the_snapshot_is_released() {
         ("deleted", Some(true))
     );
 }
+
+/// A semaphore's holders the snapshot saw are given back (each guard finds its permits gone at
+/// its next renewal); a holder admitted after the snapshot keeps its permits.
+#[tokio::test]
+async fn a_semaphore_is_force_released_as_of_its_snapshot() {
+    let store = MemoryStore::new();
+    let sem = tairlock::Semaphore::new(store.clone(), 3);
+    let a = sem.acquire("pool", 1).await.unwrap();
+    let b = sem.acquire("pool", 1).await.unwrap();
+    let late = Arc::new(Mutex::new(None));
+    let hook = Arc::new(LateHolder {
+        sem: sem.clone(),
+        late: late.clone(),
+    });
+    let report = tairlock_cli::unlock::sem(
+        Intercept::shared(store.clone(), hook),
+        Keyspace::default(),
+        "pool",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (report.outcome.as_str(), report.holders),
+        ("deleted", Some(2))
+    );
+    let late = late.lock().take().expect("admitted after the snapshot");
+    let left = sem.inspect("pool").await.unwrap();
+    assert_eq!(left.holders.len(), 1, "{left:?}");
+    assert_eq!(left.holders[0].nonce, late.nonce);
+    for guard in [a, b] {
+        assert!(guard.renew(LEASE).await.unwrap_err().is_lease_lost());
+    }
+}
+
+/// Takes a permit right after the first `SEM_INSPECT`.
+struct LateHolder {
+    sem: tairlock::Semaphore<MemoryStore>,
+    late: Arc<Mutex<Option<tairlock::semaphore::Permit>>>,
+}
+
+impl Hook for LateHolder {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        let Command::Eval { script, .. } = command else {
+            return run;
+        };
+        if !std::ptr::eq(script, &tairlock::scripts::SEM_INSPECT) {
+            return run;
+        }
+        Box::pin(async move {
+            let reply = run.await;
+            if self.late.lock().is_none() {
+                let got = self.sem.attempt("pool", 1, LEASE, "0c").await.unwrap();
+                let tairlock::semaphore::PermitAttempt::Acquired(permit) = got else {
+                    panic!("a free permit: {got:?}");
+                };
+                *self.late.lock() = Some(permit);
+            }
+            reply
+        })
+    }
+}

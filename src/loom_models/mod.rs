@@ -22,6 +22,7 @@
 //! | `loom_legacy_getset_is_caught` | `tairlock-legacy` | `GetSetLock` ×3, `c1` may crash | foreign deletion (F4b), foreign overwrite (F3), overlap | — |
 //! | `loom_legacy_watch_holds`, `loom_legacy_scripted_holds` | `tairlock-legacy` | `WatchLock` / `ScriptedLock` ×3 | — | the same, fence order, stuck key |
 //! | `loom_two_step_rwlock_is_caught` | `tairlock-rwlock` | `TwoStepRwLock`: 2 readers (`r1` may crash), 1 writer | reader and writer together (I and II), stuck count (III) | — |
+//! | `loom_rwlock_fair_release_respects_a_plain_intent` | `tairlock-rwlock` | a fair writer, a plain writer with an intent, a fair writer that queues once, the clock | — | as the fair writers' models, and a fair release granting past a plain writer's live intent |
 //! | `loom_rwlock_holds` | `tairlock-rwlock` | `RwLock`: 2 readers (`r1` may crash), 1 writer with intent | — | reader and writer together, stuck key, foreign removal |
 //!
 //! The [`harness`] is public under the cfg so that `tairlock-legacy` and `tairlock-rwlock` build

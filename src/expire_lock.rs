@@ -541,7 +541,7 @@ impl<S: Store> ExpireLock<S> {
         let keys = self.keys(name)?;
         // Never repeated (see above): the one script that deletes whoever holds the lock.
         // With the fair mode's grant record: a grant not confirmed yet is revoked (see `fair`).
-        let grant = crate::fair::grant_key(&keys.lock);
+        let grant = keys.grant();
         let reply = self
             .store
             .eval(

@@ -182,7 +182,7 @@ impl<S: Store> ExpireLock<S> {
     /// [`FAIR_UNLOCK`] by lease value or by nonce (`by`); the `released` part of its reply.
     async fn fair_unlock_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
         let [lock, fence, queue, waiters] = self.fair_keys(name)?;
-        let grant = grant_key(&lock);
+        let grant = self.keys(name)?.grant();
         let keys = [lock, fence, queue, waiters, grant];
         let channel = self.keys(name)?.channel;
         let args = [
@@ -220,12 +220,6 @@ impl<S: Store> ExpireLock<S> {
             mark: Arc::default(),
         })
     }
-}
-
-/// The fair mode's grant record of the lock key `lock`: `<nonce>:<wake channel>` of a grant not
-/// confirmed yet, for [`force_unlock`](ExpireLock::force_unlock) to revoke it.
-pub(crate) fn grant_key(lock: &str) -> String {
-    format!("{lock}:fairg")
 }
 
 /// The prefix of a revocation on a wake channel: `revoked:<lease>`, a grant deleted by a force

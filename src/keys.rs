@@ -114,6 +114,12 @@ impl LockKeys {
     pub fn both(&self) -> [String; 2] {
         [self.lock.clone(), self.fence.clone()]
     }
+
+    /// The fair mode's record of a grant not confirmed yet (`<nonce>:<wake channel>`), which a
+    /// force unlock reads to revoke that grant (see [`fair`](crate::fair)).
+    pub(crate) fn grant(&self) -> String {
+        format!("{}:fairg", self.lock)
+    }
 }
 
 #[cfg(test)]

@@ -65,8 +65,9 @@ enum Command {
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
     /// Delete a lock whoever holds it: an expire lock, a reader/writer lock (--rw, or detected:
-    /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
-    /// that holds anything but one of our locks (exit 5).
+    /// its writer, live readers and writer intent), a semaphore (--sem, or detected: every
+    /// holder's permits) or a legacy key (--legacy). Refuses a key that holds anything but one
+    /// of our locks (exit 5).
     Unlock(UnlockArgs),
     /// Find every lock in a live keyspace, reading only (nothing is ever written): this
     /// project's expire locks, fair queues, reader/writer locks and semaphores, legacy

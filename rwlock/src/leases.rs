@@ -184,11 +184,15 @@ impl<S: Store> Leases<S> {
     /// lease becomes `lease` long, same fencing token); else refused, and — with `queue` — this
     /// writer joins the queue or refreshes its place for
     /// [`Options::waiter_lease`](crate::Options::waiter_lease), and under writer preference the
-    /// intent names the first queued writer for `intent`. One round trip; safe to repeat.
+    /// intent names the first queued writer for `intent`. With `announce_idle` (a waiting
+    /// writer under reader preference, once per wait), refused by live readers, it announces
+    /// `idle` on the intent channel, as [`write_acquire`](Self::write_acquire) does. One round
+    /// trip; safe to repeat.
     ///
     /// # Errors
     ///
     /// As [`write_acquire`](Self::write_acquire).
+    #[allow(clippy::too_many_arguments, reason = "one per argument of the script")]
     pub(crate) async fn fair_write_acquire(
         &self,
         name: &str,
@@ -197,6 +201,7 @@ impl<S: Store> Leases<S> {
         intent: Option<Duration>,
         queue: bool,
         wake: &str,
+        announce_idle: bool,
     ) -> Result<WriteAttempt> {
         let keys = self.keys(name)?;
         writer_nonce(nonce)?;
@@ -228,6 +233,7 @@ impl<S: Store> Leases<S> {
                     if queue { "1" } else { "0" }.to_owned(),
                     keys.intent_channel,
                     self.publish_command(),
+                    if announce_idle { "1" } else { "0" }.to_owned(),
                 ],
             )
             .await?;
@@ -255,7 +261,7 @@ impl<S: Store> Leases<S> {
     /// As [`read_acquire`](Self::read_acquire).
     pub(crate) async fn fair_write_release(&self, name: &str, lease: &Lease) -> Result<Unlock> {
         let released = self
-            .fair_write_release_by(name, lease.value(), "lease")
+            .fair_write_release_by(name, lease.value(), "lease", None)
             .await?;
         Ok(unlock_of(released))
     }
@@ -268,18 +274,47 @@ impl<S: Store> Leases<S> {
     ///
     /// As [`read_acquire`](Self::read_acquire).
     pub(crate) async fn fair_write_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
-        let released = self.fair_write_release_by(name, nonce, "nonce").await?;
+        self.fair_write_leave_as_of(name, nonce, None).await
+    }
+
+    /// [`fair_write_leave`](Self::fair_write_leave); with `last_fence`, a write lock held under
+    /// the nonce whose fencing token is larger (taken or granted after a snapshot that saw
+    /// `last_fence` last) is left alone.
+    pub(crate) async fn fair_write_leave_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: Option<u64>,
+    ) -> Result<Unlock> {
+        let released = self
+            .fair_write_release_by(name, nonce, "nonce", last_fence)
+            .await?;
         Ok(unlock_of(released))
     }
 
-    /// [`FAIR_WRITE_RELEASE`] by lease value or by nonce (`by`); the `released` part of its
-    /// reply.
-    async fn fair_write_release_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
+    /// [`FAIR_WRITE_RELEASE`] by lease value or by nonce (`by`, bounded by `last_fence`); the
+    /// `released` part of its reply.
+    async fn fair_write_release_by(
+        &self,
+        name: &str,
+        what: &str,
+        by: &str,
+        last_fence: Option<u64>,
+    ) -> Result<i64> {
         let keys = self.keys(name)?;
         let intent_ms = match self.options.preference {
             Preference::Writer => tairlock::ttl_ms(self.options.intent_lease)?,
             Preference::Reader => 0,
         };
+        let mut args = vec![
+            what.to_owned(),
+            by.to_owned(),
+            self.retention_ms(),
+            keys.channel,
+            self.publish_command(),
+            intent_ms.to_string(),
+        ];
+        args.extend(last_fence.map(|f| f.to_string()));
         let reply = self
             .eval(
                 &FAIR_WRITE_RELEASE,
@@ -290,14 +325,7 @@ impl<S: Store> Leases<S> {
                     keys.queue,
                     keys.waiters,
                 ],
-                &[
-                    what.to_owned(),
-                    by.to_owned(),
-                    self.retention_ms(),
-                    keys.channel,
-                    self.publish_command(),
-                    intent_ms.to_string(),
-                ],
+                &args,
             )
             .await?;
         array(&reply, &FAIR_WRITE_RELEASE)?
@@ -453,13 +481,22 @@ impl<S: Store> Leases<S> {
     ///
     /// As [`read_acquire`](Self::read_acquire).
     pub(crate) async fn write_abandon(&self, name: &str, nonce: &str) -> Result<u64> {
+        self.write_abandon_as_of(name, nonce, None).await
+    }
+
+    /// [`write_abandon`](Self::write_abandon); with `last_fence`, a write lock whose fencing
+    /// token is larger (issued after a snapshot that saw `last_fence` last) is left alone.
+    pub(crate) async fn write_abandon_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: Option<u64>,
+    ) -> Result<u64> {
         let keys = self.keys(name)?;
+        let mut args = vec![nonce.to_owned(), keys.channel, self.publish_command()];
+        args.extend(last_fence.map(|f| f.to_string()));
         let reply = self
-            .eval(
-                &WRITE_ABANDON,
-                &[keys.writer, keys.intent],
-                &[nonce.to_owned(), keys.channel, self.publish_command()],
-            )
+            .eval(&WRITE_ABANDON, &[keys.writer, keys.intent], &args)
             .await?;
         reply
             .as_int()

@@ -202,7 +202,7 @@ impl<S: Store> RwLock<S> {
     ) -> Result<WriteAttempt> {
         let wake = self.fair_wake_channel(name)?;
         self.leases
-            .fair_write_acquire(name, nonce, lease, intent, queue, &wake)
+            .fair_write_acquire(name, nonce, lease, intent, queue, &wake, false)
             .await
     }
 
@@ -226,6 +226,25 @@ impl<S: Store> RwLock<S> {
     /// As [`read_acquire`](Self::read_acquire).
     pub async fn fair_write_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
         self.leases.fair_write_leave(name, nonce).await
+    }
+
+    /// [`fair_write_leave`](Self::fair_write_leave) for an operator working from a snapshot
+    /// ([`inspect`](Self::inspect)) whose last fencing token was `last_fence`: the place and
+    /// the intent go, but a write lock held under the nonce is given back only if its fencing
+    /// token is no larger (one taken or granted after the snapshot is left alone).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub async fn fair_write_leave_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<Unlock> {
+        self.leases
+            .fair_write_leave_as_of(name, nonce, Some(last_fence))
+            .await
     }
 
     /// This client's wake channel for the fair writers of `name`: a grant to one of its queued
@@ -274,6 +293,26 @@ impl<S: Store> RwLock<S> {
     /// As [`read_acquire`](Self::read_acquire).
     pub async fn write_abandon(&self, name: &str, nonce: &str) -> Result<u64> {
         self.leases.write_abandon(name, nonce).await
+    }
+
+    /// [`write_abandon`](Self::write_abandon) for an operator working from a snapshot
+    /// ([`inspect`](Self::inspect)) whose last fencing token was `last_fence`: the write lock is
+    /// deleted only if its fencing token is no larger. A writer that took the lock after the
+    /// snapshot holds it under the nonce the snapshot saw (a fair writer, whose intent or place
+    /// it was), and is left alone; its intent goes.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub async fn write_abandon_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<u64> {
+        self.leases
+            .write_abandon_as_of(name, nonce, Some(last_fence))
+            .await
     }
 
     /// Single step: turn the write lock held with `lease` into a read lock with `nonce` for
@@ -535,6 +574,52 @@ impl<S: Store> RwLock<S> {
             self.store().runtime(),
             "blocking_write_abandon",
             self.write_abandon(name, nonce),
+        )
+    }
+
+    /// Blocking twin of [`write_abandon_as_of`](Self::write_abandon_as_of).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_abandon_as_of`](Self::write_abandon_as_of).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_abandon_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<u64> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write_abandon_as_of",
+            self.write_abandon_as_of(name, nonce, last_fence),
+        )
+    }
+
+    /// Blocking twin of [`fair_write_leave_as_of`](Self::fair_write_leave_as_of).
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_write_leave_as_of`](Self::fair_write_leave_as_of).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_write_leave_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<Unlock> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_write_leave_as_of",
+            self.fair_write_leave_as_of(name, nonce, last_fence),
         )
     }
 

@@ -5,15 +5,16 @@
 //! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease, pttl}` / `{0, holder, pttl}` |
 //! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel, [publish cmd]] | `1` / `0` / `-1` |
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease, pttl}` / `{0}` / `{-1}` |
-//! | [`FORCE_UNLOCK`] | lock | [release channel, [publish cmd]] | `1` / `-1` |
+//! | [`FORCE_UNLOCK`] | lock, [grant record] | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, pttl, ...}` / `{0, i, holder, pttl}` |
 //! | [`FAIR_LOCK`] | lock, fence, queue, waiters | ttl ms, nonce, fence retention ms, waiter lease ms, wake channel, queue? | `{1, lease, pttl}` / `{0, pttl, mark}` |
-//! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
-//! | [`SEM_ACQUIRE`] | holders, holdings, fence, queue, waiters | nonce, permits, limit, lease ms, fence retention ms, `0`/`wait`/`once`, waiter lease ms | `{1, expiry, fence, in use, held, remaining}` / `{0, wait ms, in use}` |
-//! | [`SEM_RENEW`] | holders, holdings, fence | nonce, lease ms, fence retention ms | `{1, expiry, remaining}` / `{-1}` |
+//! | [`FAIR_UNLOCK`] | lock, fence, queue, waiters, [grant record] | lease or nonce, `lease`/`nonce`, fence retention ms, release channel, [publish cmd] | `{released, granted}` |
+//! | [`SEM_ACQUIRE`] | holders, holdings, fence, queue, waiters, limit | nonce, permits, limit, lease ms, fence retention ms, `0`/`wait`/`once`, waiter lease ms | `{1, expiry, fence, in use, held, remaining}` / `{0, wait ms, in use}` / `LIMIT` error |
+//! | [`SEM_RENEW`] | holders, holdings, fence, limit | nonce, lease ms, fence retention ms | `{1, expiry, remaining}` / `{-1}` |
 //! | [`SEM_RELEASE`] | holders, holdings, queue, waiters | nonce, release channel, [publish cmd] | `1` / `-1` |
-//! | [`SEM_INSPECT`] | holders, holdings, fence | | `{types, last fence, holders...}` (read-only) |
+//! | [`SEM_INSPECT`] | holders, holdings, fence, limit | | `{types, last fence, limit type, limit, holders...}` (read-only) |
+//! | [`SEM_SET_LIMIT`] | fence, limit | limit, keep ms | previous limit, `0` for none |
 //!
 //! Every reply that grants or renews carries the lease's time left as the server sees it
 //! (`pttl`: the key's `PTTL`; `remaining`: the holder's score − `TIME`), read in the same step:
@@ -45,7 +46,7 @@ pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence};
 pub use self::inspect::INSPECT;
 pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;
-pub use self::semaphore::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW};
+pub use self::semaphore::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW, SEM_SET_LIMIT};
 
 use crate::script::Script;
 
@@ -56,7 +57,13 @@ pub static FAIR: [&Script; 2] = [&FAIR_LOCK, &FAIR_UNLOCK];
 pub static MULTI: [&Script; 1] = [&LOCK_MANY];
 
 /// The semaphore's scripts ([`Semaphore`](crate::Semaphore)).
-pub static SEMAPHORE: [&Script; 4] = [&SEM_ACQUIRE, &SEM_RENEW, &SEM_RELEASE, &SEM_INSPECT];
+pub static SEMAPHORE: [&Script; 5] = [
+    &SEM_ACQUIRE,
+    &SEM_RENEW,
+    &SEM_RELEASE,
+    &SEM_INSPECT,
+    &SEM_SET_LIMIT,
+];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [

@@ -86,3 +86,17 @@ pub(crate) fn waiter_entry(raw: &[u8]) -> Option<(u64, u64, String)> {
     let wl = parts.next()?.parse().ok()?;
     Some((ends, wl, parts.next()?.to_owned()))
 }
+
+/// A lease's fencing token, as Lua's `string.match(lease, '^tl1:%d+:(%d+):')`: `None` when the
+/// value does not have that shape.
+pub(crate) fn lease_fence(lease: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(lease).ok()?;
+    let mut parts = text.strip_prefix("tl1:")?.splitn(3, ':');
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let expiry = parts.next()?;
+    let fence = parts.next()?;
+    parts.next()?;
+    (digits(expiry) && digits(fence))
+        .then(|| fence.parse().ok())
+        .flatten()
+}

@@ -9,7 +9,7 @@
 //! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry, remaining}` / `{-1}` |
 //! | [`WRITE_ABANDON`] | w, wi | nonce, channel, [publish cmd] | keys deleted |
 //! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers, remaining}` (also a repeat after it happened) / `{0}` / `{-1}` |
-//! | [`FAIR_WRITE_ACQUIRE`] | w, r, wi, fence, wq, ww | nonce, lease ms, intent ms, fence retention ms, waiter lease ms, wake channel, queue `1`/`0`, intent channel, [publish cmd] | `{1, lease, pttl}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
+//! | [`FAIR_WRITE_ACQUIRE`] | w, r, wi, fence, wq, ww | nonce, lease ms, intent ms, fence retention ms, waiter lease ms, wake channel, queue `1`/`0`, intent channel, publish cmd, [announce `idle` `1`/`0`] | `{1, lease, pttl}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
 //! | [`FAIR_WRITE_RELEASE`] | w, wi, fence, wq, ww | lease or nonce, `lease`/`nonce`, fence retention ms, channel, publish cmd, intent ms | `{released 1/0/-1, granted 1/0}` |
 //! | [`INSPECT`] | w, r, wi, fence | | snapshot (read-only) |
 //! | [`COUNT`] | w, r, wi | | `{readers, writer pttl, intent pttl}` (read-only) |

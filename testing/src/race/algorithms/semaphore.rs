@@ -87,8 +87,8 @@ impl<S: Store> Algorithm<S> for SemaphoreAlgorithm {
             cx.pause("release:before").await?;
             let value = String::from_utf8(holding.value).expect("holdings are text");
             let nonce = value.strip_prefix(MARK).expect("our own holding");
-            // By nonce: it can only ever remove this very holder.
-            semaphore(cx).release(lock, nonce).await?;
+            // By nonce (the acquisition's own): it can only ever remove this very holder.
+            semaphore(cx).abandon(lock, nonce).await?;
             Ok(())
         })
     }

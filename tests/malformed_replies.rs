@@ -253,6 +253,18 @@ fn same_slot_as_k() -> String {
         .expect("a slot collision within a million names")
 }
 
+/// A real permit of `k`, taken on the embedded store behind `s` (only an acquisition makes one).
+async fn permit_of(s: &Garbled) -> tairlock::semaphore::Permit {
+    match Semaphore::new(s.inner.clone(), 3)
+        .attempt("k", 1, Duration::from_secs(5), "00ff")
+        .await
+        .unwrap()
+    {
+        tairlock::semaphore::PermitAttempt::Acquired(p) => p,
+        other => panic!("the embedded store granted no permit: {other:?}"),
+    }
+}
+
 fn lease() -> Lease {
     Lease::parse("tl1:1700000000123:42:00ff00ff").unwrap()
 }
@@ -332,7 +344,10 @@ fn operations() -> Vec<(&'static str, Op)> {
         ),
         (
             "semaphore renew",
-            op(|s| async move { Semaphore::new(s, 3).renew("k", "00ff", TTL).await }),
+            op(|s| async move {
+                let permit = permit_of(&s).await;
+                Semaphore::new(s, 3).renew("k", &permit, TTL).await
+            }),
         ),
         // Replica-acknowledged.
         (
@@ -646,7 +661,10 @@ async fn a_grant_without_the_time_it_has_left_is_refused() {
         (
             "semaphore renew",
             Reply::Array(vec![int(1), int(1_700_000_005_000)]),
-            op(|s| async move { Semaphore::new(s, 3).renew("k", "00ff", TTL).await }),
+            op(|s| async move {
+                let permit = permit_of(&s).await;
+                Semaphore::new(s, 3).renew("k", &permit, TTL).await
+            }),
         ),
         (
             "expire_lock, a key without a time to live",

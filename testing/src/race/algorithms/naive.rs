@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tairlock::Store;
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, Step};
 
 /// See the [module docs](self).
@@ -48,12 +48,14 @@ impl<S: Store> Algorithm<S> for NaiveSetnxExpire {
                 return Ok(Attempt::Busy { retry_after: None });
             }
             cx.pause("acquire:between-setnx-and-expire").await?;
+            let sent = tokio::time::Instant::now();
             cx.store().pexpire(lock, ttl).await?;
             Ok(Attempt::Acquired(Holding {
                 value: token.into_bytes(),
                 fence: None,
-                // The lease starts when EXPIRE lands, not at SETNX.
-                deadline: tokio::time::Instant::now() + ttl,
+                // The lease starts when EXPIRE lands, not at SETNX: no later than it was sent
+                // + ttl.
+                deadline: sent + ttl,
             }))
         })
     }
@@ -72,6 +74,13 @@ impl<S: Store> Algorithm<S> for NaiveSetnxExpire {
                 cx.store().del(lock).await?;
             }
             Ok(())
+        })
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: lock.to_owned(),
+            value: holding.value.clone(),
         })
     }
 }

@@ -207,7 +207,7 @@ impl Client {
                 }
                 Some(outcome) => outcome,
             };
-            if took > patience + RESPONSE_TIMEOUT + PATIENCE_SLACK {
+            if overran(patience, took) {
                 let text = format!(
                     "client {}: {} returned {took:?} after it was called, with a patience of \
                      {patience:?} ({})",
@@ -335,6 +335,37 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// The patience check: a waiting call that returned `took` after it was called, with
+/// `patience`, overran it by more than one round trip and the slack.
+fn overran(patience: Duration, took: Duration) -> bool {
+    took > patience + RESPONSE_TIMEOUT + PATIENCE_SLACK
+}
+
+/// The orphan check: the keys (with their `PTTL`) still on the server at `due`, polled until
+/// every key is gone or `due` passes.
+async fn keys_left(direct: &RedisStore, due: Instant) -> Vec<(String, i64)> {
+    loop {
+        let keys: Vec<String> = direct
+            .command(redis::cmd("KEYS").arg("*"))
+            .await
+            .expect("KEYS");
+        let mut left = Vec::new();
+        for key in keys {
+            let pttl: i64 = direct
+                .command(redis::cmd("PTTL").arg(&key))
+                .await
+                .expect("PTTL");
+            if pttl != -2 {
+                left.push((key, pttl));
+            }
+        }
+        if left.is_empty() || Instant::now() >= due {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -467,26 +498,7 @@ async fn dropped_futures_leave_no_lock_behind_and_no_call_overruns_its_patience(
 
     // 1. Orphans: one lease and the fence retention after the last client stopped, nothing is
     // left. Poll until then, to report when each key went.
-    let due = stopped + LEASE + FENCE_RETENTION + ORPHAN_SLACK;
-    let mut left: Vec<(String, i64)> = Vec::new();
-    loop {
-        let keys: Vec<String> = direct
-            .command(redis::cmd("KEYS").arg("*"))
-            .await
-            .expect("KEYS");
-        left.clear();
-        for key in keys {
-            let pttl: i64 = direct
-                .command(redis::cmd("PTTL").arg(&key))
-                .await
-                .expect("PTTL");
-            left.push((key, pttl));
-        }
-        if left.is_empty() || Instant::now() >= due {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let left = keys_left(&direct, stopped + LEASE + FENCE_RETENTION + ORPHAN_SLACK).await;
     let mut orphans = Vec::new();
     for (key, pttl) in &left {
         orphans.push(format!(
@@ -555,4 +567,42 @@ async fn dropped_futures_leave_no_lock_behind_and_no_call_overruns_its_patience(
         }
         panic!("{report}");
     }
+}
+
+// The checks themselves: each flags a synthetic violation and passes a correct history.
+
+#[test]
+fn the_patience_check_allows_one_round_trip_and_the_slack_and_no_more() {
+    let patience = Duration::from_millis(700);
+    assert!(!overran(patience, patience));
+    assert!(!overran(
+        patience,
+        patience + RESPONSE_TIMEOUT + PATIENCE_SLACK
+    ));
+    assert!(overran(
+        patience,
+        patience + RESPONSE_TIMEOUT + PATIENCE_SLACK + Duration::from_millis(1)
+    ));
+}
+
+#[tokio::test]
+async fn the_orphan_check_flags_a_key_that_outlives_its_time_and_not_one_that_expires() {
+    let server = RedisServer::start();
+    let direct = server.store().await;
+    // A lease that runs out, and one held by nobody that never does.
+    let _: () = direct
+        .command(redis::cmd("SET").arg("lapses").arg("x").arg("PX").arg(200))
+        .await
+        .unwrap();
+    let _: () = direct
+        .command(redis::cmd("SET").arg("stuck").arg("x"))
+        .await
+        .unwrap();
+    let left = keys_left(&direct, Instant::now() + Duration::from_millis(800)).await;
+    assert_eq!(left, vec![("stuck".to_owned(), -1)]);
+    let _: () = direct
+        .command(redis::cmd("DEL").arg("stuck"))
+        .await
+        .unwrap();
+    assert!(keys_left(&direct, Instant::now()).await.is_empty());
 }

@@ -986,3 +986,87 @@ async fn chaos() {
         panic!("{report}");
     }
 }
+
+// The checks themselves: each flags a synthetic violation and passes a correct history.
+
+/// A hold of `kind` by `client` from `start` to `end` (ms after `t0`), valid until its end.
+fn hold(t0: Instant, id: usize, kind: Kind, token: Option<u64>, span: (u64, u64)) -> Hold {
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    Hold {
+        id,
+        client: id,
+        kind,
+        token,
+        mark: token.map_or_else(String::new, |t| t.to_string()),
+        start: at(span.0),
+        last_valid: at(span.1),
+        ended: Some(at(span.1)),
+        how: "released",
+    }
+}
+
+fn write(t0: Instant, hold: usize, token: u64, ms: u64, accepted: bool) -> Write {
+    Write {
+        hold,
+        lock: EXP,
+        token,
+        at: t0 + Duration::from_millis(ms),
+        accepted,
+    }
+}
+
+fn counts(log: &Log) -> BTreeMap<&'static str, usize> {
+    check(log).0.into_iter().collect()
+}
+
+#[test]
+fn the_checks_pass_a_correct_history() {
+    let t0 = Instant::now();
+    let log = Log {
+        holds: vec![
+            hold(t0, 0, Kind::Exp, Some(1), (0, 100)),
+            hold(t0, 1, Kind::Exp, Some(2), (110, 200)),
+            // Readers share.
+            hold(t0, 2, Kind::RwRead, None, (0, 150)),
+            hold(t0, 3, Kind::RwRead, None, (50, 200)),
+        ],
+        writes: vec![write(t0, 0, 1, 50, true), write(t0, 1, 2, 150, true)],
+        ..Log::default()
+    };
+    assert!(counts(&log).values().all(|n| *n == 0), "{:?}", check(&log));
+}
+
+#[test]
+fn the_checks_flag_overlaps_stale_writes_orphans_and_late_deadlines() {
+    let t0 = Instant::now();
+    let late = Duration::from_millis(1);
+    let orphan_poll = LEASE + ORPHAN_SLACK + Duration::from_millis(200);
+    let log = Log {
+        holds: vec![
+            hold(t0, 0, Kind::Exp, Some(1), (0, 100)),
+            // Granted while hold 0 still believed its lease valid.
+            hold(t0, 1, Kind::Exp, Some(2), (50, 200)),
+            // A writer inside with a reader.
+            hold(t0, 2, Kind::RwRead, None, (0, 150)),
+            hold(t0, 3, Kind::RwWrite, Some(7), (100, 200)),
+        ],
+        // Hold 0's write with token 1 accepted after hold 1 (token 2) was granted.
+        writes: vec![write(t0, 1, 2, 60, true), write(t0, 0, 1, 90, true)],
+        // Hold 1's lease still on the server one lease and the slack after it ended.
+        polls: vec![(
+            t0 + Duration::from_millis(200) + orphan_poll,
+            EXP,
+            ["2".to_owned()].into(),
+        )],
+        late_deadlines: vec![format!("a deadline {late:?} late")],
+        ..Log::default()
+    };
+    let counts = counts(&log);
+    assert_eq!(counts["overlapping valid holds"], 2, "{counts:?}");
+    assert_eq!(counts["stale writes accepted"], 1, "{counts:?}");
+    assert_eq!(
+        counts["locks held by nobody beyond one lease"], 2,
+        "{counts:?}"
+    );
+    assert_eq!(counts["late deadlines"], 1, "{counts:?}");
+}

@@ -17,6 +17,7 @@
 //! | `stuck_locks` | trials that ended with a lock key that has no expiry: nobody can ever take it again |
 //! | `late_deadlines` | grants whose local deadline is later than the end of their lease on the server, read right after the grant and mapped to the client's clock from above ([`audit`]): the client would trust the lock after the server let it go. A failure for a safe algorithm in every scenario |
 //! | `handoff_p50_us` | median time from the lock becoming free while a client waited (the store applying a holder's release of its own value, or the holder's crash) to the store applying the next grant |
+//! | `replies_dropped` | replies to acquire commands the store applied that never reached their client: dropped by `reply-outages`, or timed out on a server |
 //!
 //! On the embedded store the race runs on virtual time to the microsecond ([`sim`]: tokio's
 //! paused clock plus an offset within its millisecond), and every command takes a simulated

@@ -155,6 +155,11 @@ impl<S: Store> Client<S> {
         super::audit::read(store, &self.plan.timer, at).await
     }
 
+    /// Where the race sees what this client's commands do to lock values.
+    pub(crate) fn audit(&self) -> Audit {
+        self.store.hook().audit
+    }
+
     /// Now on the race's clock, as an instant of tokio's (to the microsecond on virtual time).
     pub fn instant(&self) -> tokio::time::Instant {
         self.plan.timer.instant()

@@ -8,8 +8,11 @@
 //! ```
 //!
 //! Flaws the race provokes: a crash between SETNX and EXPIRE leaves a key with no TTL (a stuck
-//! lock nobody can take again); a pause between GET and DEL past the lease deletes the next
-//! holder's lock (a foreign deletion, and then two holders); no fencing token.
+//! lock nobody can take again), and so does a lost reply to SETNX (`reply-outages`); a pause
+//! between GET and DEL past the lease deletes the next holder's lock (a foreign deletion, and
+//! then two holders); another client's late EXPIRE can land on the next holder's key and end it
+//! before that holder's own EXPIRE, which finds nothing and is not checked (a late deadline); no
+//! fencing token.
 
 use std::time::Duration;
 
@@ -53,9 +56,10 @@ impl<S: Store> Algorithm<S> for NaiveSetnxExpire {
             Ok(Attempt::Acquired(Holding {
                 value: token.into_bytes(),
                 fence: None,
-                // The lease starts when EXPIRE lands, not at SETNX: no later than it was sent
-                // + ttl.
-                deadline: sent + ttl,
+                // The lease starts when EXPIRE lands, not at SETNX: dated from its send, less
+                // the drift every deadline allows for (a server dates EXPIRE by a clock it reads
+                // once per batch of commands, up to a millisecond or so before it runs it).
+                deadline: super::sent_plus(sent, ttl),
             }))
         })
     }

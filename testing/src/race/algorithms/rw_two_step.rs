@@ -86,8 +86,9 @@ impl<S: Store> Algorithm<S> for RwTwoStep {
                 Some(write) => Ok(Attempt::Acquired(Holding {
                     value: write.expiry_ms().to_string().into_bytes(),
                     fence: None,
-                    // `SET NX PX` lands after it was sent: its lease ends no earlier.
-                    deadline: sent + ttl,
+                    // `SET NX PX` lands after it was sent: its lease ends no earlier (less the
+                    // drift every deadline allows for).
+                    deadline: super::sent_plus(sent, ttl),
                 })),
                 None => Ok(Attempt::Busy { retry_after: None }),
             }

@@ -256,7 +256,7 @@ fn drawing_the_timeline_changes_no_count() {
         "rw-two-step",
     ];
     let (_, plain, stderr) = race(&common);
-    assert_eq!(plain.len(), 8, "stderr:\n{stderr}");
+    assert_eq!(plain.len(), 10, "stderr:\n{stderr}");
     let mut args = common.to_vec();
     args.extend(["--timeline", file.arg()]);
     let (_, drawn, stderr) = race(&args);

@@ -10,6 +10,16 @@ use tairlock::Store;
 use super::audit::{LeaseAt, ServerEnd};
 use super::client::{Client, Step};
 
+/// The deadline of a lease of `ttl` set by a command sent at `sent`, for the recipes whose
+/// commands report no remaining time (they set a TTL and say nothing else): `sent + ttl` less
+/// the drift allowance of the core's deadline rule ([`tairlock::deadline::drift`]).
+pub(crate) fn sent_plus(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+    sent + ttl.saturating_sub(tairlock::deadline::drift(
+        ttl,
+        tairlock::deadline::DRIFT_FACTOR,
+    ))
+}
+
 /// A boxed future, for object-safe algorithm methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -35,19 +35,6 @@ pub use self::semaphore::SemaphoreAlgorithm;
 pub use super::algorithm::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
 pub use super::audit::{LeaseAt, ServerEnd};
 
-/// The deadline of a lease of `ttl` set by a command sent at `sent`, for the recipes whose
-/// commands report no remaining time (they set a TTL and say nothing else): `sent + ttl` less
-/// the drift allowance of the core's deadline rule ([`tairlock::deadline::drift`]).
-pub(crate) fn sent_plus(
-    sent: tokio::time::Instant,
-    ttl: std::time::Duration,
-) -> tokio::time::Instant {
-    sent + ttl.saturating_sub(tairlock::deadline::drift(
-        ttl,
-        tairlock::deadline::DRIFT_FACTOR,
-    ))
-}
-
 /// Every algorithm that needs no `WATCH` (all but `legacy-watch`), in table order: the list for
 /// stores without [`WatchStore`](tairlock_legacy::WatchStore) (every store of this workspace has
 /// it; a wrapper store of your own may not).

@@ -59,7 +59,7 @@ impl<S: Store> Algorithm<S> for NaiveSetnxExpire {
                 // The lease starts when EXPIRE lands, not at SETNX: dated from its send, less
                 // the drift every deadline allows for (a server dates EXPIRE by a clock it reads
                 // once per batch of commands, up to a millisecond or so before it runs it).
-                deadline: super::sent_plus(sent, ttl),
+                deadline: crate::race::algorithm::sent_plus(sent, ttl),
             }))
         })
     }

@@ -88,7 +88,7 @@ impl<S: Store> Algorithm<S> for RwTwoStep {
                     fence: None,
                     // `SET NX PX` lands after it was sent: its lease ends no earlier (less the
                     // drift every deadline allows for).
-                    deadline: super::sent_plus(sent, ttl),
+                    deadline: crate::race::algorithm::sent_plus(sent, ttl),
                 })),
                 None => Ok(Attempt::Busy { retry_after: None }),
             }

@@ -20,7 +20,7 @@ fn race(algorithm: Box<dyn Algorithm<MemoryStore>>) -> Vec<Row> {
         ..RaceConfig::default()
     };
     let rows = run_embedded_algorithms(&config, vec![algorithm], |_| {}).unwrap();
-    assert_eq!(rows.len(), 4, "one row per scenario");
+    assert_eq!(rows.len(), 5, "one row per scenario");
     rows
 }
 

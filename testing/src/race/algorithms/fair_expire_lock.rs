@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tairlock::{ExpireLock, FairAttempt, Keyspace, Options, Store};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, Step};
 
 /// See the [module docs](self).
@@ -96,5 +96,12 @@ impl<S: Store> Algorithm<S> for FairExpireLock {
     fn keys(&self, lock: &str) -> Vec<String> {
         let key = format!("{{{lock}}}");
         vec![key.clone(), format!("{key}:fairq"), format!("{key}:fairw")]
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: format!("{{{lock}}}"),
+            value: holding.value.clone(),
+        })
     }
 }

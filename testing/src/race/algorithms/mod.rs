@@ -33,6 +33,7 @@ pub use self::semaphore::SemaphoreAlgorithm;
 
 // Defined a level below, so that the algorithms' files and this list import them one way.
 pub use super::algorithm::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+pub use super::audit::{LeaseAt, ServerEnd};
 
 /// Every algorithm that needs no `WATCH` (all but `legacy-watch`), in table order: the list for
 /// stores without [`WatchStore`](tairlock_legacy::WatchStore) (every store of this workspace has
@@ -47,7 +48,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
         Box::new(RwScripted::fair_writers()),
-        Box::new(SemaphoreAlgorithm),
+        Box::new(SemaphoreAlgorithm::default()),
     ]
 }
 
@@ -65,6 +66,6 @@ pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
         Box::new(RwScripted::fair_writers()),
-        Box::new(SemaphoreAlgorithm),
+        Box::new(SemaphoreAlgorithm::default()),
     ]
 }

@@ -2,7 +2,9 @@
 //! script per step, per-reader leases judged by server time, writer preference; in the second
 //! row with its writers in fair mode ([`Options::fair`]).
 //!
-//! Three attempts in four read, one writes. A client that decided to write keeps trying with
+//! Three attempts in four read, one writes. A reader whose attempt got no answer repeats it
+//! with the same nonce (a repeat of a read the server admitted finds its reader). A client that
+//! decided to write keeps trying with
 //! the same nonce until it gets in, re-asserting its intent (a short lease, half the race's
 //! lease) with every refused attempt, as a waiting [`RwLock::write`](tairlock_rwlock::RwLock::write)
 //! does; new readers stay out meanwhile. A crashed reader blocks writers until its own lease
@@ -21,7 +23,7 @@ use parking_lot::Mutex;
 use tairlock::{Keyspace, Lease, Store};
 use tairlock_rwlock::{Options, ReadAttempt, RwLock, WriteAttempt};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
 /// The prefix of a reader's holding value; the rest is its nonce.
@@ -41,6 +43,9 @@ pub struct RwScripted {
     fair: bool,
     /// The nonce of each client's write acquisition in progress, by (lock, client).
     writing: Mutex<HashMap<(String, usize), String>>,
+    /// The nonce of each client's read attempt that got no answer, by (lock, client): the
+    /// next attempt repeats it.
+    reading: Mutex<HashMap<(String, usize), String>>,
 }
 
 impl RwScripted {
@@ -64,11 +69,14 @@ impl RwScripted {
         RwLock::with_options(cx.store().clone(), options)
     }
 
-    /// A pause point that forgets this client's write in progress if the client dies there.
+    /// A pause point that forgets this client's acquisition in progress if the client dies
+    /// there.
     async fn pause<S: Store>(&self, cx: &Client<S>, lock: &str, point: &'static str) -> Step<()> {
         let paused = cx.pause(point).await;
         if paused.is_err() {
-            self.writing.lock().remove(&(lock.to_owned(), cx.id()));
+            let key = (lock.to_owned(), cx.id());
+            self.writing.lock().remove(&key);
+            self.reading.lock().remove(&key);
         }
         paused
     }
@@ -101,11 +109,16 @@ impl<S: Store> Algorithm<S> for RwScripted {
             let rw = self.locks(cx, ttl);
             let key = (lock.to_owned(), cx.id());
             let pending = self.writing.lock().get(&key).cloned();
-            let write = pending.is_some() || cx.with_rng(|rng| rand::Rng::random_bool(rng, 0.25));
+            let unanswered = self.reading.lock().get(&key).cloned();
+            let write = unanswered.is_none()
+                && (pending.is_some() || cx.with_rng(|rng| rand::Rng::random_bool(rng, 0.25)));
             if !write {
-                cx.pause("read:before-acquire").await?;
-                let nonce = tairlock::new_nonce();
-                return match rw.read_acquire(lock, &nonce, ttl).await? {
+                self.pause(cx, lock, "read:before-acquire").await?;
+                let nonce = unanswered.unwrap_or_else(tairlock::new_nonce);
+                self.reading.lock().insert(key.clone(), nonce.clone());
+                let attempt = rw.read_acquire(lock, &nonce, ttl).await?;
+                self.reading.lock().remove(&key);
+                return match attempt {
                     ReadAttempt::Acquired { lease, .. } => Ok(Attempt::Acquired(Holding {
                         value: format!("{READ_MARK}{nonce}").into_bytes(),
                         fence: None,
@@ -181,6 +194,20 @@ impl<S: Store> Algorithm<S> for RwScripted {
 
     fn is_shared(&self, holding: &Holding) -> bool {
         holding.value.starts_with(READ_MARK.as_bytes())
+    }
+
+    /// A writer's lease is the writer key's value; a reader's, its member of the readers' set.
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(match holding.value.strip_prefix(READ_MARK.as_bytes()) {
+            Some(nonce) => LeaseAt::Member {
+                key: format!("{{{lock}}}:r"),
+                member: nonce.to_vec(),
+            },
+            None => LeaseAt::Value {
+                key: format!("{{{lock}}}:w"),
+                value: holding.value.clone(),
+            },
+        })
     }
 
     fn keys(&self, lock: &str) -> Vec<String> {

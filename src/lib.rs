@@ -7,6 +7,10 @@
 //! - **Several locks as one** ([`multi`]): [`ExpireLock::lock_many`] and its `try_`/timed
 //!   variants return one [`MultiGuard`]: one atomic script when the names share a cluster slot,
 //!   otherwise sorted order with rollback; one watchdog for all.
+//! - **[`TokenLock`]** ([`token`]): a lock in the wire format of redis-py's `Lock`, node
+//!   `redlock` and `redis-semaphore` (a plain key holding a random token, `SET NX PX`,
+//!   compare-and-delete), so that a Rust service and a Python or Node one exclude each other on
+//!   one key; with the guards, watchdog and waiting of every other kind.
 //! - **Stores** ([`store`]): [`RedisStore`] on a real server and [`MemoryStore`] in process, one
 //!   [`Store`] contract, proven equal by the conformance and differential tests.
 //! - **Atomic operations** ([`script`], [`scripts`]): each a `.lua` file beside its native body,
@@ -95,6 +99,7 @@ pub mod semaphore;
 pub mod slot;
 pub mod store;
 mod sync;
+pub mod token;
 pub mod wait;
 
 pub use crate::error::{Error, ErrorKind, Result};
@@ -116,4 +121,7 @@ pub use crate::semaphore::{PermitGuard, Semaphore, SemaphoreOptions};
 #[cfg(feature = "cluster")]
 pub use crate::store::ClusterStore;
 pub use crate::store::{MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
+pub use crate::token::{
+    TokenAttempt, TokenGuard, TokenHolding, TokenInspection, TokenLock, TokenOptions, TokenRenew,
+};
 pub use crate::wait::WaitStrategy;

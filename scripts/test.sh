@@ -5,6 +5,9 @@
 #   bash scripts/test.sh                         # Redis, then Valkey
 #   TAIRLOCK_SERVERS=redis bash scripts/test.sh  # Redis only (the Valkey half is skipped)
 #
+# Phases: one build of every test target (both halves run it), the Redis half, the Valkey half,
+# the loom models; each phase's time is printed at the end.
+#
 # Integration tests start their own server processes on free loopback ports; they never touch a
 # server you already run. redis-server comes from Debian's package when it is missing
 # (REDIS_SERVER_BIN may point at another build instead, for the Redis half). valkey-server comes
@@ -111,25 +114,56 @@ else
   echo "scripts/test.sh: node is not installed: the Node tests of tests/token_interop.rs are skipped"
 fi
 
+# Each phase's time is printed at the end, also when one fails (up to the failure, marked).
+phases=()
+current=""
+started=0
+end_phase() { # [MARK]
+  if [ -n "$current" ]; then
+    phases+=("$(printf '%-12s %5d s %s' "$current" $((SECONDS - started)) "${1:-}")")
+    current=""
+  fi
+}
+begin() { # NAME
+  end_phase
+  current="$1"
+  started=$SECONDS
+}
+summary() {
+  local status=$?
+  if [ "$status" != 0 ]; then end_phase "(failed)"; else end_phase; fi
+  if [ "${#phases[@]}" -gt 0 ]; then
+    echo "scripts/test.sh: time per phase:"
+    printf '  %s\n' "${phases[@]}"
+  fi
+}
+trap summary EXIT
+
+# One build for both halves: every test target of the workspace, compiled once. The Valkey
+# half's selection (`--test '*'`) is a subset of these units (same features, same profiles), so
+# it runs what this built and compiles nothing.
+echo "scripts/test.sh: === building every test target ==="
+begin build
+cargo test --workspace --all-targets --no-run
+
 # The Redis half: every test of the workspace (unit, integration, doc).
 echo "scripts/test.sh: === every test, on Redis ==="
-start=$SECONDS
+begin "Redis half"
 TAIRLOCK_SERVER=redis cargo test --workspace --all-targets
 TAIRLOCK_SERVER=redis cargo test --workspace --doc
-echo "scripts/test.sh: the Redis half took $((SECONDS - start)) s"
 
 # The Valkey half: the integration test targets again (they are the ones that start servers;
 # unit and doc tests ran once above). REDIS_SERVER_BIN is for the Redis half only.
 if [ "$with_valkey" = 1 ]; then
   echo "scripts/test.sh: === every integration suite, on Valkey ==="
-  start=$SECONDS
+  begin "Valkey half"
   env -u REDIS_SERVER_BIN TAIRLOCK_SERVER=valkey cargo test --workspace --test '*'
-  echo "scripts/test.sh: the Valkey half took $((SECONDS - start)) s"
 else
   echo "scripts/test.sh: TAIRLOCK_SERVERS=$servers: the Valkey half is skipped"
 fi
 
-# The loom models (see scripts/loom.sh) are part of the suite when present.
+# The loom models (see scripts/loom.sh: their own build, in their own target directory).
 if [ -x scripts/loom.sh ]; then
+  begin loom
   bash scripts/loom.sh
 fi

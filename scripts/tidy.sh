@@ -29,3 +29,9 @@ if rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-gnu; 
 fi
 # The examples compile (they run in `tests/examples.rs`).
 cargo build --examples -p tairlock
+# The crates as published: each package holds exactly the files it should (its sources with their
+# `.lua` scripts, its README and licences; no tests, certificates, build output or unused
+# pictures), and all five package in dependency order, each resolving the ones before it.
+# `cargo package --workspace` (without --no-verify) also builds each from its package alone.
+bash scripts/package_files.sh
+cargo package --workspace --no-verify --allow-dirty --quiet

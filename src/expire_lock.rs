@@ -207,6 +207,36 @@ pub struct Inspection {
 /// Tair-style expiring locks on one store. See the [module docs](self).
 ///
 /// Cheap to clone (it clones the store handle); one value serves any number of lock names.
+///
+/// # Examples
+///
+/// The single steps, on the embedded store (the guards are [`lock`](Self::lock),
+/// [`with_lock`](Self::with_lock) and their `try_` variants):
+///
+/// ```
+/// use std::time::Duration;
+/// use tairlock::{ExpireLock, MemoryStore, Renew, Unlock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tairlock::Result<()> {
+/// let locks = ExpireLock::new(MemoryStore::new());
+/// let ttl = Duration::from_secs(10);
+/// let lease = locks.expire_lock("job", ttl).await?.lease().expect("nobody holds it");
+/// assert!(locks.is_locked("job").await?);
+/// let holder = locks.inspect("job").await?.holder.expect("held");
+/// assert_eq!((holder.nonce(), holder.fence()), (lease.nonce(), lease.fence()));
+///
+/// // Renewing rotates the lease (same fencing token): keep the new one.
+/// let Renew::Renewed(renewed) = locks.renew("job", &lease, ttl).await? else {
+///     panic!("the lease was lost");
+/// };
+/// assert_eq!(renewed.fence(), lease.fence());
+/// assert_eq!(locks.expire_unlock("job", &lease).await?, Unlock::HeldByOther);
+/// assert_eq!(locks.expire_unlock("job", &renewed).await?, Unlock::Released);
+/// assert_eq!(locks.expire_unlock("job", &renewed).await?, Unlock::NotHeld); // safe to repeat
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ExpireLock<S> {
     store: S,

@@ -529,6 +529,23 @@ impl<S: Store> ExpireLock<S> {
 ///
 /// Release it with [`release`](Self::release) to learn the outcome. Dropping it releases in the
 /// background; if that cannot be done, the leases' TTL frees the locks.
+///
+/// # Examples
+///
+/// ```
+/// use tairlock::{ExpireLock, MemoryStore, Unlock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tairlock::Result<()> {
+/// let locks = ExpireLock::new(MemoryStore::new());
+/// // The same names in any order take the same locks in the same (sorted) order.
+/// let transfer = locks.lock_many(&["accounts:9", "accounts:1"]).await?;
+/// assert_eq!(transfer.names(), ["accounts:1", "accounts:9"]);
+/// assert_eq!(transfer.fences().len(), 2);
+/// assert_eq!(transfer.release().await?, [Unlock::Released, Unlock::Released]);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "the locks are released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct MultiGuard<S: Store> {

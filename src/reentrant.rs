@@ -152,6 +152,28 @@ impl<S: Store> Slot<S> {
 type Slots<S> = HashMap<String, Arc<Slot<S>>>;
 
 /// Reentrant expire locks. See the [module docs](self).
+///
+/// # Examples
+///
+/// Blocking code, owned by the thread:
+///
+/// ```
+/// use tairlock::{ExpireLock, MemoryStore, ReentrantLock};
+///
+/// # fn main() -> tairlock::Result<()> {
+/// let locks = ReentrantLock::new(ExpireLock::new(MemoryStore::new()));
+/// let outer = locks.blocking_lock("inventory")?;
+/// let inner = locks.blocking_lock("inventory")?; // re-entry: no round trip
+/// assert_eq!(locks.thread_held_depth("inventory"), 2);
+/// drop(inner);
+/// outer.release()?; // the outermost release gives the lock back
+/// assert!(!locks.blocking_is_locked("inventory")?);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Async code passes an explicit [`Owner`] to the methods ending in `_as`
+/// ([`lock_as`](Self::lock_as), ...).
 pub struct ReentrantLock<S: Store> {
     locks: ExpireLock<S>,
     threads: Arc<ThreadLocal<RefCell<Slots<S>>>>,

@@ -4,9 +4,10 @@
 //!   (Redis 7's default `acl-pubsub-default resetchannels`): every `PUBLISH`/`SUBSCRIBE` is
 //!   refused. No release may fail on that (the scripts delete, then announce), and waiters poll
 //!   instead of failing, with the refusal recorded once, not an error per attempt.
-//! - The minimal rules the README documents are enough for every lock kind, notifications
-//!   included: the expire lock and the RwLock (each also in fair mode, with a handoff), the
-//!   semaphore (default and fair), `lock_many` and the inspections. The test reads them from the README, so the two cannot drift apart.
+//! - The minimal rules the deployment guide (`docs/deployment.md`) documents are enough for
+//!   every lock kind, notifications included: the expire lock and the RwLock (each also in fair
+//!   mode, with a handoff), the semaphore (default and fair), `lock_many` and the inspections.
+//!   The test reads them from that page, so the two cannot drift apart.
 
 mod support;
 
@@ -43,13 +44,13 @@ async fn store_as(server: &RedisServer, user: &str, password: &str) -> RedisStor
     }
 }
 
-/// The `ACL SETUSER` line of the README's section on ACL rules, as arguments.
-fn readme_rules() -> Vec<String> {
-    let readme = include_str!("../README.md");
-    let section = readme
+/// The `ACL SETUSER` line of the deployment guide's section on ACL rules, as arguments.
+fn documented_rules() -> Vec<String> {
+    let page = include_str!("../docs/deployment.md");
+    let section = page
         .split("## ACL rules for a lock user")
         .nth(1)
-        .expect("the README has a section on ACL rules");
+        .expect("the deployment guide has a section on ACL rules");
     let line = section
         .lines()
         .find(|l| l.starts_with("ACL SETUSER "))
@@ -57,14 +58,14 @@ fn readme_rules() -> Vec<String> {
     line.split_whitespace().map(str::to_owned).collect()
 }
 
-/// The README's additions for Redis 7.2+ and Valkey (`ACL SETUSER locker +…` lines), as
+/// The deployment guide's additions for Redis 7.2+ and Valkey (`ACL SETUSER locker +…` lines), as
 /// commands.
-fn readme_additions() -> Vec<Vec<String>> {
-    let readme = include_str!("../README.md");
-    let section = readme
+fn documented_additions() -> Vec<Vec<String>> {
+    let page = include_str!("../docs/deployment.md");
+    let section = page
         .split("## ACL rules for a lock user")
         .nth(1)
-        .expect("the README has a section on ACL rules");
+        .expect("the deployment guide has a section on ACL rules");
     section
         .lines()
         .take_while(|l| !l.starts_with("## "))
@@ -338,24 +339,28 @@ async fn a_user_without_channel_permissions_locks_releases_and_waits_by_polling(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_acl_rules_are_enough_for_every_lock_kind_with_notifications() {
+async fn the_documented_acl_rules_are_enough_for_every_lock_kind_with_notifications() {
     let server = RedisServer::start();
-    let rules = readme_rules();
+    let rules = documented_rules();
     let args: Vec<&str> = rules.iter().map(String::as_str).collect();
     assert_eq!(
         server.cli(&args).trim(),
         "OK",
-        "the README's rules: {args:?}"
+        "the deployment guide's rules: {args:?}"
     );
     if server.is_valkey() {
-        let additions = readme_additions();
-        assert_eq!(additions.len(), 2, "the README's additions: {additions:?}");
+        let additions = documented_additions();
+        assert_eq!(
+            additions.len(),
+            2,
+            "the deployment guide's additions: {additions:?}"
+        );
         for addition in additions {
             let args: Vec<&str> = addition.iter().map(String::as_str).collect();
             assert_eq!(
                 server.cli(&args).trim(),
                 "OK",
-                "the README's addition {args:?}"
+                "the deployment guide's addition {args:?}"
             );
         }
     }

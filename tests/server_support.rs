@@ -1,6 +1,6 @@
-//! The rows of the README's server-support table that differ between the two servers the suite
-//! runs on (Redis 7.0 and Valkey 9.1), checked on the server of this run: `WAITAOF` for
-//! replica acknowledgements, `DELIFEQ` for the release, what `INFO server` reports.
+//! The rows of the server-support table (`docs/deployment.md`) that differ between the two
+//! servers the suite runs on (Redis 7.0 and Valkey 9.1), checked on the server of this run:
+//! `WAITAOF` for replica acknowledgements, `DELIFEQ` for the release, what `INFO server` reports.
 
 mod support;
 

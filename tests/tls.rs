@@ -14,6 +14,10 @@
 //! - `plain_url_to_tls_port_is_refused`: `redis://` to the TLS port fails in bounded time and the
 //!   message suggests `rediss://`.
 //! - `insecure_fragment`: `rediss://…/#insecure` connects without any CA.
+//! - `self_signed_ca_certificate_as_the_server_certificate`: a server presenting the most common
+//!   self-signed certificate (`CA:TRUE`, its own CA), trusted as the CA, is refused by rustls
+//!   (`CaUsedAsEndEntity`); the message says what that means and how to make a certificate
+//!   rustls accepts.
 //! - `tls_cluster`: a `ClusterStore` over `rediss://` seed URLs of a `--tls-cluster yes`
 //!   cluster (every node's clients and bus on TLS only) locks, releases and wakes a waiter by
 //!   sharded pub/sub over TLS.
@@ -164,6 +168,28 @@ async fn insecure_fragment() {
     let (_server, port) = certs.server(false);
     let url = format!("rediss://127.0.0.1:{port}/#insecure");
     lock_and_release(connect(&url, RedisOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test]
+async fn self_signed_ca_certificate_as_the_server_certificate() {
+    if !support::tls::available() {
+        return;
+    }
+    let certs = Certs::generate();
+    let (_server, port) = certs.server_with("self-signed", "self-signed", false);
+    let url = format!("rediss://127.0.0.1:{port}");
+    let err = connect(&url, certs.trusting("self-signed.crt"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("CaUsedAsEndEntity")
+            && message.contains(&format!("127.0.0.1:{port}"))
+            && message.contains("a CA certificate (CA:TRUE)")
+            && message.contains("signed by"),
+        "no hint for a self-signed CA certificate: {message}"
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! Every exit code of `tairlock`, defined once: `tairlock --help` lists them from here, and the
-//! README's table repeats them.
+//! guide's page on `tairlock run` (`docs/run.md`) repeats those of `run`.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;

@@ -1,5 +1,19 @@
 //! The `tairlock` command-line tool, as a library so tests can drive its parts.
 //!
+//! Install the command with `cargo install tairlock-cli`; `tairlock --help` lists its commands,
+//! flags and exit codes:
+//!
+//! | command | what it does |
+//! |---|---|
+//! | `tairlock race` | contending clients run each lock algorithm under stalls, crashes and clock skew; a table counts overlaps, foreign deletions, accepted stale writes and stuck locks |
+//! | `tairlock run KEY -- CMD…` | runs a command while holding a lock, like `flock(1)`: no process started for the command runs after the lease's deadline |
+//! | `tairlock inspect KEY` | a lock's holder, expiry and fencing token; a reader/writer lock's readers, a semaphore's holders, a legacy key's timestamp |
+//! | `tairlock unlock --force KEY` | deletes a stuck lock of any kind, and refuses a key that holds anything else |
+//! | `tairlock bench` | throughput and latency of each primitive against the round-trip floor measured in the same run |
+//!
+//! The locks are those of [`tairlock`], [`tairlock_rwlock`] and [`tairlock_legacy`]; the race
+//! is [`tairlock_testing`]'s.
+//!
 //! The binary (`main.rs`) parses the command line and dispatches; each command's flags and its
 //! work are here:
 //!
@@ -18,6 +32,9 @@
 //! - [`duration`]: durations on the command line (`250ms`, `1h30m`).
 //! - [`exit`]: every exit code, defined once.
 //! - [`logging`]: `-v`, `-q` and `--log FILTER` on every command.
+
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
 pub mod bench;

@@ -11,9 +11,17 @@
 //! All three read and write the same key — exactly the name the old code uses, e.g.
 //! `lock.orderid` — holding the same value: a bare integer Unix timestamp `now + timeout + 1`, in
 //! seconds as the original or in milliseconds ([`Unit`]). That is what lets new clients join a key
-//! that old clients are using, so a migration never needs a flag day
-//! (`docs/legacy-migration.md`). [`LegacyLock::detect`] probes a server and picks the strongest
-//! kind it supports.
+//! that old clients are using, so a migration never needs a flag day (the repository's
+//! `docs/legacy-migration.md` walks through one). [`LegacyLock::detect`] probes a server and
+//! picks the strongest kind it supports.
+//!
+//! Part of tairlock: the core crate [`tairlock`] has the stores these locks run on
+//! ([`RedisStore`](tairlock::RedisStore), `ClusterStore`, the embedded
+//! [`MemoryStore`](tairlock::MemoryStore)) and [`ExpireLock`](tairlock::ExpireLock), the lock
+//! a migration can end on; [`tairlock-testing`](https://docs.rs/tairlock-testing) races these
+//! kinds and drives their exact interleavings, and
+//! [`tairlock-cli`](https://docs.rs/tairlock-cli) runs commands under them (`tairlock run
+//! --legacy`) and inspects their keys.
 //!
 //! # Quick start
 //!
@@ -31,6 +39,31 @@
 //!     // ... the critical section; pass holding.fence() to the resource, if it checks ...
 //!     locks.release(&holding).await?;
 //! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Old and new clients on one key, on the embedded store (as it runs here; the same against a
+//! server):
+//!
+//! ```
+//! use std::time::Duration;
+//! use tairlock::MemoryStore;
+//! use tairlock_legacy::{GetSetLock, Release, ScriptedLock};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tairlock::Result<()> {
+//! let store = MemoryStore::new();
+//! let old = GetSetLock::new(store.clone()); // the original algorithm, as old code runs it
+//! let new = ScriptedLock::new(store); // the same key and value format, one script per step
+//!
+//! let held = old.acquire("lock.orderid", Duration::from_secs(10)).await?.expect("free");
+//! assert!(new.try_acquire("lock.orderid", Duration::from_secs(10)).await?.holding().is_none());
+//! old.release(&held).await?;
+//!
+//! let mine = new.acquire("lock.orderid", Duration::from_secs(10)).await?.expect("free");
+//! assert!(mine.fence().is_some(), "the new kinds issue fencing tokens");
+//! assert_eq!(new.release(&mine).await?, Release::Released);
 //! # Ok(())
 //! # }
 //! ```
@@ -82,6 +115,7 @@
 //! - A single Redis master with asynchronous replication can lose a lock on failover (F9).
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod detect;
 pub mod getset;
@@ -101,3 +135,8 @@ pub use crate::options::{Holding, Options, Release, Renew, TryAcquire};
 pub use crate::scripted::ScriptedLock;
 pub use crate::watch::{Profile, WatchLock, WatchStore};
 pub use crate::wire::Unit;
+
+// The README's example is a doc test, so it compiles with every test run.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;

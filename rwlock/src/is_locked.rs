@@ -1,4 +1,4 @@
-//! `RwLock::is_locked`: the question every lock kind answers (issue #16, part 3).
+//! `RwLock::is_locked`: the question every lock kind answers.
 
 use tairlock::{Result, Store, Ttl};
 

@@ -1,5 +1,9 @@
-//! Reader/writer locks on Redis (DESIGN §6): the two-step Tair recipe verbatim, for comparison,
-//! and a scripted, atomic, crash-safe [`RwLock`].
+//! Reader/writer locks on Redis and Valkey: a scripted, atomic, crash-safe [`RwLock`], and the
+//! two-step Tair recipe verbatim, for comparison.
+//!
+//! Use it for data that many processes read and one at a time rewrites — a cache, a catalog, a
+//! configuration — where readers must never see a half-written state and a crashed reader must
+//! not block writers forever.
 //!
 //! - **[`RwLock`]** (use this): one Lua script per operation, every key of a lock under one hash
 //!   tag. A reader never enters beside a live writer and a writer never beside a live reader or
@@ -15,20 +19,25 @@
 //!
 //! # Quick start
 //!
-//! ```no_run
-//! use tairlock::RedisStore;
+//! On the embedded store, as it runs here; against a server, the store is
+//! `RedisStore::connect("redis://127.0.0.1:6379").await?`.
+//!
+//! ```
+//! use tairlock::MemoryStore;
 //! use tairlock_rwlock::RwLock;
 //!
-//! # #[tokio::main]
+//! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> tairlock::Result<()> {
-//! let locks = RwLock::new(RedisStore::connect("redis://127.0.0.1:6379").await?);
-//! {
-//!     let _read = locks.read("catalog").await?;     // many readers at once
-//!     // ... read the catalog ...
-//! }
-//! let write = locks.write("catalog").await?;        // waits for readers; new readers wait for it
-//! // ... write, passing write.fence() to the store you write to ...
-//! let read = write.downgrade().await?;              // atomically a reader now
+//! let locks = RwLock::new(MemoryStore::new());
+//! let a = locks.read("catalog").await?; // many readers at once
+//! let b = locks.read("catalog").await?;
+//! assert!(locks.try_write("catalog").await?.is_none(), "readers keep writers out");
+//! a.release().await?;
+//! b.release().await?;
+//!
+//! let write = locks.write("catalog").await?; // waits for readers; new readers wait for it
+//! assert!(write.fence() > 0); // pass it to the store you write to
+//! let read = write.downgrade().await?; // atomically a reader now
 //! read.release().await?;
 //! # Ok(())
 //! # }
@@ -37,6 +46,13 @@
 //! Blocking code uses `blocking_read`/`blocking_write` (thread-reentrant, `!Send` guards); async
 //! code that needs reentrancy passes an explicit [`Owner`](tairlock::Owner) to
 //! [`read_as`](RwLock::read_as)/[`write_as`](RwLock::write_as).
+//!
+//! Part of tairlock: the core crate [`tairlock`] has the stores these locks run on
+//! ([`RedisStore`](tairlock::RedisStore), `ClusterStore`, the embedded
+//! [`MemoryStore`](tairlock::MemoryStore)), the plain expire lock and the semaphore;
+//! [`tairlock-testing`](https://docs.rs/tairlock-testing) races both kinds of this crate, and
+//! [`tairlock-cli`](https://docs.rs/tairlock-cli) runs commands under them (`tairlock run
+//! --read`/`--write`) and inspects them.
 //!
 //! # Key layout of [`RwLock`]
 //!
@@ -83,8 +99,7 @@
 //!   FIFO. This is preference, not a global FIFO: a writer can still lose a race to another
 //!   writer that arrives while it sleeps — unless [`Options::fair`] is on: then waiting writers
 //!   line up in a FIFO on the server, a fair writer's release hands the lock directly to the
-//!   next one, and readers do not barge ahead of a queued writer (see `docs/rwlock.md`, *Fair
-//!   writers*).
+//!   next one, and readers do not barge ahead of a queued writer.
 //! - **Reentrancy without self-deadlock.** An owner's re-entry is served from the local map with
 //!   no round trip, so a reentrant read never queues behind a waiting writer. A read inside the
 //!   owner's write is served by the write hold. A read→write upgrade is refused with
@@ -101,7 +116,7 @@
 //!   intent but announces itself once per wait: idle holds are given back at once, holds with
 //!   readers inside stay and take new readers (and no longer linger once idle). Exclusion,
 //!   loss reporting (every local reader of a lost hold sees it lost), reentrancy and fencing
-//!   are unchanged. See `docs/rwlock.md`.
+//!   are unchanged. The repository's `docs/rwlock.md` has the details.
 //! - **Bad input changes nothing.** A key of the lock holding a user's data (another type, or a
 //!   string that is not ours) gets a `WRONGTYPE`/`NOTLOCK` error
 //!   ([`ErrorKind::WrongType`](tairlock::ErrorKind::WrongType)); nothing is written.
@@ -173,3 +188,8 @@ pub use crate::types::{
     Blocker, IntentInfo, QueuedWriter, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys,
     RwState, WriteAttempt, WriteLease,
 };
+
+// The README's example is a doc test, so it compiles with every test run.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct Readme;

@@ -19,6 +19,34 @@ use crate::types::{
 ///
 /// Cheap to clone (clones share the local queues and reentrancy maps); one value serves any
 /// number of lock names. Separate `RwLock` values act like separate processes.
+///
+/// # Examples
+///
+/// A waiting writer keeps new readers out (writer preference, the default):
+///
+/// ```
+/// use std::time::Duration;
+/// use tairlock::MemoryStore;
+/// use tairlock_rwlock::RwLock;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tairlock::Result<()> {
+/// let locks = RwLock::new(MemoryStore::new());
+/// let reader = locks.read("catalog").await?;
+///
+/// let writer = tokio::spawn({
+///     let locks = locks.clone();
+///     async move { locks.write("catalog").await?.release().await }
+/// });
+/// tokio::time::sleep(Duration::from_millis(50)).await; // the writer is waiting now
+/// assert!(locks.try_read("catalog").await?.is_none(), "new readers wait behind the writer");
+///
+/// reader.release().await?;
+/// writer.await.unwrap()?; // in as soon as the reader left
+/// assert_eq!(locks.readers("catalog").await?, 0);
+/// # Ok(())
+/// # }
+/// ```
 pub struct RwLock<S: Store> {
     pub(crate) leases: Leases<S>,
     pub(crate) local: Arc<Local<S>>,

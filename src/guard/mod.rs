@@ -130,6 +130,30 @@ async fn watchdog<S: Store>(shared: Arc<Shared<S>>, confirm: bool) {
 ///
 /// Release it with [`release`](Self::release) to learn the outcome. Dropping it releases in the
 /// background (it never blocks); if that cannot be done, the lease's TTL frees the lock.
+///
+/// # Examples
+///
+/// Stop the work when the lease is lost (here, force-unlocked behind the holder's back):
+///
+/// ```
+/// use std::time::Duration;
+/// use tairlock::{ExpireLock, MemoryStore, Unlock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tairlock::Result<()> {
+/// let locks = ExpireLock::new(MemoryStore::new());
+/// let guard = locks.lock_with_lease("job", Duration::from_millis(300), None).await?.unwrap();
+/// locks.force_unlock("job").await?;
+/// let work = tokio::time::sleep(Duration::from_secs(60)); // the critical section
+/// tokio::select! {
+///     () = guard.lost() => {} // a fixed lease: lost when it runs out, at the latest
+///     () = work => panic!("ran on without the lock"),
+/// }
+/// assert!(guard.is_lost());
+/// assert_eq!(guard.release().await?, Unlock::NotHeld);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct LockGuard<S: Store> {

@@ -1,5 +1,5 @@
 //! The fair mode's queue protocol ([`crate::fair`]) over every interleaving of three clients, a
-//! crash and the passing of the waiter lease (issue #13).
+//! crash and the passing of the waiter lease.
 //!
 //! Threads: `c1` (may crash before any command), `c2`, `c3`, the clock expirer (once, at a
 //! point loom chooses, moves the server's clock past the waiter lease: every waiter's place and

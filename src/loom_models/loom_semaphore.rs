@@ -1,5 +1,5 @@
 //! The semaphore's scripts ([`crate::semaphore`]) over every interleaving of three clients, a
-//! crash, a lost reply and the passing of the holders' leases (issue #16).
+//! crash, a lost reply and the passing of the holders' leases.
 //!
 //! Threads: `c1` (takes 1 permit, may crash before any command), `c2` (takes 1 permit; the
 //! reply to its first attempt is lost, so it repeats the attempt under the same nonce), `c3`

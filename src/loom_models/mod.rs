@@ -1,5 +1,5 @@
 //! Loom models: every interleaving of a few clients, a crash and lease expiry, on the embedded
-//! store behind loom's mutex (issue #6, DESIGN §11).
+//! store behind loom's mutex.
 //!
 //! Built only under `--cfg tairlock_loom` (a namespaced cfg: tokio must never see plain
 //! `cfg(loom)`); run them with `scripts/loom.sh` (which `scripts/test.sh` calls), or

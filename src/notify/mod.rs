@@ -39,8 +39,8 @@
 //! scripts announce with `redis.pcall` and ignore a refusal, so a release never fails on its
 //! announcement. A refused `SUBSCRIBE` (`NOPERM`) sets [`Notifier::notifications_denied`] (the
 //! one warning: no error reaches a waiter, and no refused command is sent per attempt — the
-//! client asks again at most once a minute), and waiters poll. The README lists the ACL rules a
-//! lock user needs.
+//! client asks again at most once a minute), and waiters poll. The deployment guide
+//! (`docs/deployment.md`) lists the ACL rules a lock user needs.
 //!
 //! # Sharded pub/sub on a cluster
 //!
@@ -491,7 +491,7 @@ impl Notifier {
 
     /// Whether the server refuses this client its release channels: the user's ACL has no
     /// channel permissions (Redis 7's default for a new user is `resetchannels`; grant
-    /// `&<prefix>*`, see the README). Waiters then poll (jittered, never past the holder's
+    /// `&<prefix>*`, see the ACL rules of the deployment guide). Waiters then poll (jittered, never past the holder's
     /// remaining time) instead of failing, and this flag is how the refusal shows: it is set by
     /// the first refused `SUBSCRIBE` and stays set until a later one succeeds. A refused client
     /// asks again at most once a minute, so a refusal costs no command per attempt.
@@ -687,7 +687,7 @@ impl Watch {
                             ErrorKind::Server,
                             format!(
                                 "NOPERM the server refuses this client the channel {} (see the \
-                                 README on ACL rules)",
+                                 ACL rules in tairlock's deployment guide)",
                                 self.name
                             ),
                         ));

@@ -33,7 +33,7 @@
 //!
 //! # Metrics
 //!
-//! See [`metrics`] (the names) and the README's table.
+//! See [`metrics`] for the names, units and labels.
 
 use std::fmt;
 use std::time::Duration;

@@ -186,6 +186,29 @@ impl RedlockLease {
 }
 
 /// Redlock over independent masters. See the [module docs](self).
+///
+/// # Examples
+///
+/// Three embedded stores standing in for three independent masters:
+///
+/// ```
+/// use std::time::Duration;
+/// use tairlock::{MemoryStore, Redlock, RedlockOptions};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tairlock::Result<()> {
+/// let servers = vec![MemoryStore::new(), MemoryStore::new(), MemoryStore::new()];
+/// let redlock = Redlock::new(servers, RedlockOptions::default())?;
+/// let lease = redlock
+///     .acquire("job", Duration::from_secs(10), Duration::from_secs(1))
+///     .await?
+///     .expect("a majority granted it");
+/// assert_eq!(lease.granted(), 3);
+/// assert!(redlock.try_acquire("job", Duration::from_secs(10)).await?.is_none());
+/// redlock.release(&lease).await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Redlock<S> {
     servers: Vec<S>,

@@ -117,6 +117,26 @@ pub struct SemaphoreInspection {
 /// A counting semaphore with per-permit leases on one store. See the [module docs](super).
 ///
 /// Cheap to clone; one value serves any number of semaphore names, all with the same limit.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tairlock::{MemoryStore, Semaphore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tairlock::Result<()> {
+/// let builds = Semaphore::new(MemoryStore::new(), 3); // at most 3 permits per name
+/// let big = builds.acquire("builds", 2).await?;
+/// let small = builds.acquire("builds", 1).await?;
+/// assert_eq!(builds.available("builds").await?, 0);
+/// assert!(builds.try_acquire_for("builds", 1, Duration::from_millis(20)).await?.is_none());
+/// assert!(big.fence() != small.fence(), "each holder its own fencing token");
+/// big.release().await?;
+/// small.release().await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore<S> {
     pub(super) store: S,

@@ -220,9 +220,13 @@ impl ClusterStore {
             async move {
                 client.get_async_connection().await.map_err(|e| {
                     let e = Error::from(e);
+                    let hint = super::tls::refusal_hint(e.message()).unwrap_or("");
                     Error::new(
                         e.kind(),
-                        format!("cannot connect to cluster {redacted:?}: {}", e.message()),
+                        format!(
+                            "cannot connect to cluster {redacted:?}: {}{hint}",
+                            e.message()
+                        ),
                     )
                 })
             }

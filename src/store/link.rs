@@ -84,7 +84,9 @@ pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig 
 fn connect_error(url: &str, e: redis::RedisError) -> Error {
     let e = Error::from(e);
     let hint = if is_tls_url(url) {
-        " (the server's certificate, the CA given, or the client certificate it requires?)"
+        super::tls::refusal_hint(e.message()).unwrap_or(
+            " (the server's certificate, the CA given, or the client certificate it requires?)",
+        )
     } else {
         " (if the server listens for TLS on that port, use a rediss:// URL)"
     };

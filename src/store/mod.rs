@@ -24,6 +24,7 @@ use crate::error::Result;
 use crate::script::{Reply, Script};
 
 #[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub mod cluster;
 mod commands;
 pub mod intercept;
@@ -32,15 +33,18 @@ pub mod memory;
 mod native;
 pub mod redis;
 #[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub mod sentinel;
 pub mod tls;
 mod url;
 
 #[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::cluster::{ClusterOptions, ClusterStore};
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sentinel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 pub use self::sentinel::SentinelOptions;
 pub use self::tls::TlsOptions;
 

@@ -374,6 +374,7 @@ impl RedisStore {
     /// answers, none knows `master`, or the server they name cannot be reached or is not a
     /// master.
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel<S: AsRef<str>>(
         sentinels: &[S],
         master: &str,
@@ -397,6 +398,7 @@ impl RedisStore {
     ///
     /// When called from inside an async runtime.
     #[cfg(feature = "sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     #[track_caller]
     pub fn blocking_connect_sentinel<S: AsRef<str>>(
         sentinels: &[S],

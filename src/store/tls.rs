@@ -114,6 +114,21 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// What a TLS refusal in `message` means and what to do about it, for the rustls errors whose
+/// own names do not say it.
+pub(crate) fn refusal_hint(message: &str) -> Option<&'static str> {
+    // `openssl req -x509` makes a certificate with `CA:TRUE`, and servers are often given it
+    // both as their certificate and as the CA clients should trust. OpenSSL (`redis-cli
+    // --cacert`) accepts that; rustls, through which the `redis` crate speaks TLS, refuses any
+    // CA certificate as a server's own, and the `redis` crate offers no way to verify otherwise.
+    message.contains("CaUsedAsEndEntity").then_some(
+        " (the server presents a CA certificate (CA:TRUE) as its own, which rustls refuses even \
+         when it is the certificate you trust; give the server a certificate signed by that CA, \
+         e.g. `openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+         -extfile san.ext -out server.crt`, and trust the CA)",
+    )
+}
+
 /// A `redis` client for `url` with these TLS settings.
 pub(crate) fn client(url: &str, tls: &TlsOptions) -> Result<redis::Client> {
     let redacted = redact(url);

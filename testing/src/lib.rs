@@ -25,6 +25,10 @@
 //!   each command (the gated store, the race's store and the paused store are three), with
 //!   [`tairlock_legacy::watch::WatchHook`] for `WATCH` transactions.
 //!
+//! Part of tairlock: the locks raced here are those of [`tairlock`], [`tairlock_legacy`] and
+//! [`tairlock_rwlock`], and [`tairlock-cli`](https://docs.rs/tairlock-cli)'s `tairlock race`
+//! prints this crate's table.
+//!
 //! # From your lock function to a failing/passing test pair
 //!
 //! An application's lock, as written years ago, on plain store commands (a bare millisecond
@@ -147,6 +151,9 @@
 //! release deletes the next holder's lock) as a test that shows the hand-written lock losing
 //! C2's lock and `ScriptedLock` keeping it: `testing/tests/my_lock_f4b.rs`, and the whole
 //! walk-through as a program: `cargo run -p tairlock-testing --example race_my_lock`.
+
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod gated;
 pub mod proxy;

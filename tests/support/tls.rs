@@ -3,7 +3,9 @@
 //!
 //! [`Certs::generate`] makes, in a private directory removed on drop: a CA (`ca.crt`), a server
 //! certificate for 127.0.0.1 signed by it (`server.crt`/`server.key`), a client certificate
-//! signed by it (`client.crt`/`client.key`), and an unrelated second CA (`other-ca.crt`).
+//! signed by it (`client.crt`/`client.key`), an unrelated second CA (`other-ca.crt`), and the
+//! most common self-signed certificate (`self-signed.crt`/`self-signed.key`: one `openssl req
+//! -x509` for 127.0.0.1 and localhost, `CA:TRUE`, its own CA).
 //! [`Certs::server`] starts a server with a TLS port beside its plain one (the harness checks
 //! readiness on the plain port).
 
@@ -68,6 +70,30 @@ impl Certs {
                 ],
             );
         }
+        // What `openssl req -x509 … -subj /CN=localhost -addext subjectAltName=…` makes with the
+        // usual openssl.cnf (`v3_ca`: `CA:TRUE`), spelt out so that it does not depend on one.
+        openssl(
+            d,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-keyout",
+                "self-signed.key",
+                "-out",
+                "self-signed.crt",
+            ],
+        );
         std::fs::write(
             d.join("server.ext"),
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
@@ -120,11 +146,16 @@ impl Certs {
 
     /// A server with a TLS port (returned) beside its plain one.
     pub fn server(&self, auth_clients: bool) -> (RedisServer, u16) {
+        self.server_with("server", "ca", auth_clients)
+    }
+
+    /// A server presenting `<cert>.crt` (key `<cert>.key`) and trusting `<ca>.crt` for clients.
+    pub fn server_with(&self, cert: &str, ca: &str, auth_clients: bool) -> (RedisServer, u16) {
         let tls_port = free_port().to_string();
         let (cert, key, ca) = (
-            self.path("server.crt"),
-            self.path("server.key"),
-            self.path("ca.crt"),
+            self.path(&format!("{cert}.crt")),
+            self.path(&format!("{cert}.key")),
+            self.path(&format!("{ca}.crt")),
         );
         let auth = if auth_clients { "yes" } else { "no" };
         let server = RedisServer::start_with_args(&[

@@ -588,7 +588,7 @@ mod tests {
         assert_eq!(map.owner(42).map(|n| n.port), Some(7000));
     }
 
-    /// Item 9 of issue 12: every malformed `CLUSTER SLOTS` reply is refused, none panics.
+    // Issue 12, item 9: every malformed `CLUSTER SLOTS` reply is refused, none panics.
     #[test]
     fn a_malformed_slot_map_is_refused_without_a_panic() {
         let host = || V::BulkString(b"h".to_vec());

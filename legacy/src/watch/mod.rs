@@ -69,6 +69,7 @@
 //! slot's owner. Details, and what a migration does to each step, in [`cluster`].
 
 #[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub mod cluster;
 mod intercept;
 mod memory;
@@ -82,6 +83,7 @@ use std::time::Duration;
 use tairlock::{Error, ErrorKind, Reply, Result, Ttl};
 
 #[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use self::cluster::ClusterWatch;
 pub use self::intercept::{InterceptConnection, WatchHook};
 pub use self::memory::MemoryWatch;

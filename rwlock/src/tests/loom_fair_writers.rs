@@ -1,5 +1,5 @@
 //! The fair writers' queue ([`Options::fair`](crate::Options::fair)) over every interleaving of
-//! two fair writers (one may crash), a reader and the passing of the waiter lease (issue #13).
+//! two fair writers (one may crash), a reader and the passing of the waiter lease.
 //!
 //! Built from the core's loom harness as `loom_rwlock.rs` is. Threads: `w1` (a fair writer that
 //! may crash before any of its commands: before queueing, while queued, or once granted),
@@ -564,7 +564,7 @@ const LAPSED_HEAD_AT_RELEASE: &str =
 const LAPSED_HEAD_SKIPPED: &str =
     "a release skipped a lapsed head and granted the lock to the live writer behind it";
 
-/// A place that lapsed while a later, longer one keeps the queue alive (issue #13): `w2` queues
+/// A place that lapsed while a later, longer one keeps the queue alive: `w2` queues
 /// with a short waiter lease and stalls (never polls again nor leaves), `w1` and `w3` are fair
 /// writers with a long one (as `fair_writer`: two attempts, write and release, or leave), and
 /// the clock expirer moves the server's clock once past the short lease but not the long one.

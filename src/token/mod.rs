@@ -10,12 +10,12 @@
 //! - the key is **exactly as named**: no prefix, no hash tag required ([`TokenLock::keys`]);
 //! - the token is 128 random bits in hex (32 characters, as long as redis-py's and redlock's),
 //!   one per acquisition;
-//! - acquire ([`TOKEN_ACQUIRE`](crate::scripts::TOKEN_ACQUIRE)) is `SET NX PX` in one script;
+//! - acquire ([`TOKEN_ACQUIRE`]) is `SET NX PX` in one script;
 //!   repeated with the same token after an attempt whose reply was lost, it finds the lock that
 //!   attempt took and reports it as ours, with the time it has left: the holder's deadline is
 //!   dated from that reported time, never from the lease asked for;
-//! - release ([`TOKEN_RELEASE`](crate::scripts::TOKEN_RELEASE)) is an exact compare-and-delete;
-//! - renewal ([`TOKEN_RENEW`](crate::scripts::TOKEN_RENEW)) is compare-and-pexpire: the expiry
+//! - release ([`TOKEN_RELEASE`]) is an exact compare-and-delete;
+//! - renewal ([`TOKEN_RENEW`]) is compare-and-pexpire: the expiry
 //!   moves to the lease from now, the token stays;
 //! - the guards ([`TokenGuard`]), the watchdog, `with_lock` and the waiting (the
 //!   [engine](crate::engine)'s local queue, patience, back-off and cancel cleanup) are those of
@@ -108,7 +108,7 @@
 //!
 //! # Errors, and bad input
 //!
-//! An empty key or token, or a lease outside 1 ms..[`MAX_TTL`](crate::MAX_TTL), is
+//! An empty key or token, or a lease outside 1 ms..[`MAX_TTL`], is
 //! [`ErrorKind::InvalidInput`] and nothing is sent. A lock key holding another type than a
 //! string, or a fence key holding anything but a fencing token, is [`ErrorKind::WrongType`], and
 //! nothing is changed.
@@ -446,7 +446,7 @@ impl<S: Store> TokenLock<S> {
     /// # Errors
     ///
     /// - [`ErrorKind::InvalidInput`]: empty key or token, `ttl` under 1 ms or over
-    ///   [`MAX_TTL`](crate::MAX_TTL); nothing is sent.
+    ///   [`MAX_TTL`]; nothing is sent.
     /// - [`ErrorKind::WrongType`]: the key holds another type than a string, or the fence key
     ///   holds anything but a fencing token; nothing is changed.
     /// - Store errors when no answer came after one repeat.

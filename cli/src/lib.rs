@@ -21,8 +21,8 @@
 //!   `tairlock-testing` crate.
 //! - [`bench_cmd`]: `tairlock bench`; its scenarios and table are in [`bench`](mod@bench).
 //! - [`inspect`]: `tairlock inspect`, which picks the report of [`admin`] (the expire lock),
-//!   [`rw_inspect`] (reader/writer locks), [`sem_inspect`] (semaphores) or [`legacy_inspect`]
-//!   (legacy `SETNX`/`GETSET` keys).
+//!   [`rw_inspect`] (reader/writer locks), [`sem_inspect`] (semaphores), [`legacy_inspect`]
+//!   (legacy `SETNX`/`GETSET` keys) or [`token_inspect`] (token locks: redis-py, redlock, ...).
 //! - [`unlock`]: `tairlock unlock --force`, for every lock kind.
 //! - [`scan`]: `tairlock scan`, every lock in a live keyspace (read-only), and the stuck ones.
 //! - [`run_args`]: `tairlock run`'s flags; `run` and `run::job` (Unix only): `tairlock run KEY
@@ -54,4 +54,5 @@ pub mod rw_inspect;
 pub mod scan;
 pub mod sem_inspect;
 pub mod target;
+pub mod token_inspect;
 pub mod unlock;

@@ -1,7 +1,8 @@
 //! `tairlock unlock --force KEY`: delete a lock whoever holds it, for every kind — the expire
 //! lock, a reader/writer lock (its writer, every live reader, a waiting writer's intent and the
-//! fair writers' queue), a semaphore (every holder's permits), and
-//! a legacy `SETNX`/`GETSET` key. A key that holds anything but one of our locks (a user's data)
+//! fair writers' queue), a semaphore (every holder's permits), a legacy `SETNX`/`GETSET` key,
+//! and a token lock of redis-py, node redlock and the like. A key that holds anything but one of
+//! our locks (a user's data)
 //! is refused, and nothing is deleted.
 //!
 //! | kind | how | refused when |
@@ -10,18 +11,20 @@
 //! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone: a writer whose fencing token is above the last one the snapshot saw issued (also one that holds the lock under the nonce of an intent or a place the snapshot saw), and a reader the snapshot did not list | any of the lock's keys holds somebody else's data |
 //! | semaphore | one snapshot ([`Semaphore::inspect`]), then each holder it saw given back by its nonce ([`Semaphore::force_release`]), each announcing the release to waiters; a holder admitted after the snapshot is left alone | a key of the semaphore holds somebody else's data |
 //! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
+//! | token lock (`--token`: redis-py, node redlock, redis-semaphore, a `TokenLock`) | one snapshot of the token, then the compare-and-delete of that token ([`TokenLock::force_unlock`]); looked at again if another token took the key in between | the key holds another type than a string (any string is somebody's token to this format: name only keys that are locks) |
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
 //! course delete the lock of a holder that arrived in between, which is what "force" means.
-//! `--if-value VALUE` (an expire lock's lease, or a legacy key's timestamp, as `tairlock inspect`
-//! or `tairlock scan --stuck` showed it) narrows that to exactly the holding that was looked at:
+//! `--if-value VALUE` (an expire lock's lease, a legacy key's timestamp or a token lock's token,
+//! as `tairlock inspect` or `tairlock scan --stuck` showed it) narrows that to exactly the
+//! holding that was looked at (a token lock's by the compare-and-delete of that token):
 //! the expire lock is released by compare-and-delete of that lease ([`ExpireLock::expire_unlock`]),
 //! the legacy key deleted only if it still holds that timestamp (checked under the `WATCH`), and a
 //! lock taken or renewed in between is refused (exit 5) and left alone.
 //!
 //! The command itself, [`command`], takes the flags ([`UnlockArgs`]), picks the kind (`--legacy`,
-//! `--rw`, `--sem`, a key named with a reader/writer or semaphore suffix, or detected) and
-//! prints the report.
+//! `--token`, `--rw`, `--sem`, a key named with a reader/writer or semaphore suffix, or
+//! detected) and prints the report.
 
 use std::process::ExitCode;
 
@@ -29,7 +32,7 @@ use clap::Args;
 use serde::Serialize;
 use tairlock::{
     ErrorKind, ExpireLock, Keyspace, Lease, Options, Reply, Semaphore, SemaphoreOptions, Store,
-    Unlock,
+    TokenLock, Unlock,
 };
 use tairlock_legacy::WatchStore;
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
@@ -57,6 +60,8 @@ pub enum Kind {
     Sem,
     /// A legacy key, exactly as named.
     Legacy,
+    /// A token lock (redis-py, node redlock, redis-semaphore, a `TokenLock`), exactly as named.
+    Token,
 }
 
 /// What `unlock --force` did: printed as text, or as JSON with `--json`.
@@ -136,6 +141,7 @@ impl UnlockReport {
             Kind::Rw => "the reader/writer lock",
             Kind::Sem => "the semaphore",
             Kind::Legacy => "the legacy lock",
+            Kind::Token => "the token lock",
         };
         match self.outcome.as_str() {
             "refused" => format!(
@@ -379,6 +385,43 @@ pub async fn sem<S: Store>(
     Ok(report)
 }
 
+/// Force-unlock the token lock at `key` (exactly as named), whoever holds it: delete it by
+/// compare-and-delete of the token it holds ([`TokenLock::force_unlock`]) — with `expected`,
+/// only if that token is `expected`. Another holder's token taken in between is never deleted.
+/// The fence key stays, so fencing tokens keep increasing.
+///
+/// # Errors
+///
+/// Store errors (a key of another type, or a token other than `expected`, is a refusal).
+///
+/// # Cancel safety
+///
+/// Each delete is one compare-and-delete: dropped midway, the key is deleted or untouched.
+pub async fn token<S: Store>(
+    store: S,
+    key: &str,
+    expected: Option<&str>,
+) -> tairlock::Result<UnlockReport> {
+    let locks = TokenLock::new(store);
+    let report = UnlockReport::new(key, Kind::Token, vec![locks.keys(key)?.lock]);
+    let outcome = match expected {
+        Some(token) => locks.release(key, token).await.map(|unlock| match unlock {
+            Unlock::Released => report.deleted_if(true),
+            Unlock::HeldByOther => report.refused(format!(
+                "another token holds it now, not {token}: it was taken since; nothing deleted"
+            )),
+            Unlock::NotHeld => report,
+        }),
+        None => locks.force_unlock(key).await.map(|d| report.deleted_if(d)),
+    };
+    match outcome {
+        Err(e) if e.is_wrong_type() => {
+            Ok(UnlockReport::new(key, Kind::Token, vec![key.to_owned()]).refused(e.to_string()))
+        }
+        other => other,
+    }
+}
+
 /// Whether `value` reads as a legacy lock's timestamp: a Unix time, in seconds or in
 /// milliseconds, from 2000 to ten years from now. A bare integer is all the format has, so
 /// this is what tells a lock from a user's counter (`123` is refused; a counter that happens to
@@ -496,19 +539,27 @@ pub struct UnlockArgs {
     /// holds a bare timestamp.
     #[arg(long)]
     legacy: bool,
-    /// Only if the lock still holds exactly VALUE: an expire lock's lease (tl1:…) or a legacy
-    /// key's timestamp, as `tairlock inspect` or `tairlock scan --stuck` showed it. A lock
-    /// taken or renewed since holds another value and is refused (exit 5), not deleted.
+    /// Unlock a token lock (redis-py's Lock, node redlock, redis-semaphore's mutex, redsync,
+    /// tairlock's TokenLock): KEY exactly as that library names it, deleted by compare-and-delete
+    /// of the token it holds, whoever's it is.
+    #[arg(long, conflicts_with_all = ["rw", "sem", "legacy", "prefix"])]
+    token: bool,
+    /// Only if the lock still holds exactly VALUE: an expire lock's lease (tl1:…), a legacy
+    /// key's timestamp or a token lock's token, as `tairlock inspect` or `tairlock scan
+    /// --stuck` showed it. A lock taken or renewed since holds another value and is refused
+    /// (exit 5), not deleted.
     #[arg(long, value_name = "VALUE", conflicts_with = "rw")]
     if_value: Option<String>,
 }
 
 /// `tairlock unlock --force`, on a connected store.
 struct UnlockJob {
-    /// `(keyspace, name)`, or `None` for a legacy key.
+    /// `(keyspace, name)`, or `None` for a legacy key or a token lock.
     keyspace: Option<Keyspace>,
     name: String,
     rw: bool,
+    /// A token lock at `name`, exactly as named.
+    token: bool,
     /// `--if-value`: a legacy key's timestamp, or the expire lock's lease.
     if_value: Option<String>,
     sem: bool,
@@ -518,6 +569,9 @@ impl StoreJob for UnlockJob {
     type Output = UnlockReport;
 
     async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<UnlockReport> {
+        if self.token {
+            return token(store, &self.name, self.if_value.as_deref()).await;
+        }
         let Some(keyspace) = self.keyspace else {
             return legacy(store, &self.name, self.if_value.as_deref()).await;
         };
@@ -542,6 +596,7 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         rw,
         sem,
         legacy,
+        token,
         if_value,
     } = args;
     if !force {
@@ -551,7 +606,22 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
-    let job = if legacy {
+    let job = if token {
+        if key.key.is_empty() {
+            return usage("the lock key is empty");
+        }
+        if if_value.as_deref().is_some_and(str::is_empty) {
+            return usage("--if-value of a token lock is its token, as inspect shows it");
+        }
+        UnlockJob {
+            keyspace: None,
+            name: key.key.clone(),
+            rw: false,
+            token: true,
+            if_value,
+            sem: false,
+        }
+    } else if legacy {
         if key.key.is_empty() {
             return usage("the lock key is empty");
         }
@@ -567,6 +637,7 @@ pub fn command(args: UnlockArgs) -> ExitCode {
             keyspace: None,
             name: key.key.clone(),
             rw: false,
+            token: false,
             if_value,
             sem: false,
         }
@@ -600,6 +671,7 @@ pub fn command(args: UnlockArgs) -> ExitCode {
                 keyspace: Some(keyspace),
                 name,
                 rw: rw || named_rw,
+                token: false,
                 if_value,
                 sem: sem || named_sem.is_some(),
             },

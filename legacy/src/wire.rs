@@ -180,15 +180,7 @@ pub(crate) fn not_a_timestamp(key: &str) -> Error {
 /// changing its slot; its fence key is `K:fence`, which is correct on a single server but lands
 /// in another slot on a Redis Cluster (where the scripts then fail with `CROSSSLOT`).
 pub fn fence_key(key: &str) -> String {
-    if hash_tag(key) != key {
-        return format!("{key}:fence");
-    }
-    let wrapped = format!("{{{key}}}:fence");
-    if hash_tag(&wrapped) == key {
-        wrapped
-    } else {
-        format!("{key}:fence")
-    }
+    tairlock::keys::companion_key(key, ":fence")
 }
 
 /// Check a lock key: not empty.
@@ -201,6 +193,8 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use tairlock::slot::hash_tag;
+
     use super::*;
 
     #[test]

@@ -15,6 +15,9 @@
 //! | [`SEM_RELEASE`] | holders, holdings, queue, waiters | nonce, release channel, [publish cmd] | `1` / `-1` |
 //! | [`SEM_INSPECT`] | holders, holdings, fence, limit | | `{types, last fence, limit type, limit, holders...}` (read-only) |
 //! | [`SEM_SET_LIMIT`] | fence, limit | limit, keep ms | previous limit, `0` for none |
+//! | [`TOKEN_ACQUIRE`] | lock (raw), fence | token, ttl ms, fence retention ms | `{1, pttl, fence}` / `{0, pttl}` |
+//! | [`TOKEN_RELEASE`] | lock (raw) | token, [release channel, [publish cmd]] | `1` / `0` / `-1` |
+//! | [`TOKEN_RENEW`] | lock (raw), fence | token, ttl ms, fence retention ms | `{1, pttl}` / `{0}` / `{-1}` |
 //!
 //! Every reply that grants or renews carries the lease's time left as the server sees it
 //! (`pttl`: the key's `PTTL`; `remaining`: the holder's score − `TIME`), read in the same step:
@@ -24,8 +27,11 @@
 //! `[publish cmd]` is `SPUBLISH` where the store announces releases with sharded pub/sub
 //! ([`PubSub::Sharded`](crate::notify::PubSub)), otherwise absent (`PUBLISH`).
 //!
+//! The token lock ([`token`](crate::token)) reads its snapshot with [`INSPECT`].
+//!
 //! Every one checks key types first and answers `WRONGTYPE`/`NOTLOCK` without writing when a key
-//! holds data that is not ours, and every one is O(1) (no `KEYS`/`SCAN`), except [`LOCK_MANY`]:
+//! holds data that is not ours (a token lock's key is any string: its format is another
+//! library's), and every one is O(1) (no `KEYS`/`SCAN`), except [`LOCK_MANY`]:
 //! O(the number of locks it is given).
 
 mod expire_lock;
@@ -37,6 +43,7 @@ mod inspect;
 mod lock_many;
 mod renew;
 mod semaphore;
+mod token;
 
 pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
@@ -47,6 +54,7 @@ pub use self::inspect::INSPECT;
 pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;
 pub use self::semaphore::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW, SEM_SET_LIMIT};
+pub use self::token::{TOKEN_ACQUIRE, TOKEN_RELEASE, TOKEN_RENEW};
 
 use crate::script::Script;
 
@@ -64,6 +72,10 @@ pub static SEMAPHORE: [&Script; 5] = [
     &SEM_INSPECT,
     &SEM_SET_LIMIT,
 ];
+
+/// The token lock's scripts ([`TokenLock`](crate::TokenLock)), with the snapshot it shares with
+/// the expire lock.
+pub static TOKEN: [&Script; 4] = [&TOKEN_ACQUIRE, &TOKEN_RELEASE, &TOKEN_RENEW, &INSPECT];
 
 /// Every script of the expire lock, e.g. for [`RedisStore::preload`](crate::RedisStore::preload).
 pub static ALL: [&Script; 5] = [

@@ -19,6 +19,7 @@ pub mod redlock;
 pub mod rw_scripted;
 pub mod rw_two_step;
 pub mod semaphore;
+pub mod token_lock;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
 pub use self::fair_expire_lock::FairExpireLock;
@@ -30,6 +31,7 @@ pub use self::redlock::RedlockAlgorithm;
 pub use self::rw_scripted::RwScripted;
 pub use self::rw_two_step::RwTwoStep;
 pub use self::semaphore::SemaphoreAlgorithm;
+pub use self::token_lock::TokenLockAlgorithm;
 
 // Defined a level below, so that the algorithms' files and this list import them one way.
 pub use super::algorithm::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
@@ -41,6 +43,7 @@ pub use super::audit::{LeaseAt, ServerEnd};
 pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
+        Box::new(TokenLockAlgorithm),
         Box::new(ExpireLockAlgorithm),
         Box::new(FairExpireLock::default()),
         Box::new(LegacyGetSet),
@@ -58,6 +61,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
 pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
+        Box::new(TokenLockAlgorithm),
         Box::new(ExpireLockAlgorithm),
         Box::new(FairExpireLock::default()),
         Box::new(LegacyGetSet),

@@ -35,7 +35,6 @@
 
 use std::time::Duration;
 
-use tairlock::slot::hash_tag;
 use tairlock::{Error, ErrorKind, Result, Ttl};
 
 /// The longest lease accepted (ten years, as the core's `MAX_TTL`); longer is a unit mistake.

@@ -19,6 +19,7 @@ pub mod redlock;
 pub mod rw_scripted;
 pub mod rw_two_step;
 pub mod semaphore;
+mod wake;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
 pub use self::fair_expire_lock::FairExpireLock;

@@ -34,11 +34,25 @@ fn check(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<()> {
     }
 }
 
-fn check_all(db: &mut Db, keys: &[String]) -> CommandResult<u64> {
+/// Whether anybody is queued: the queue's keys exist (`EXISTS queue waiters > 0`).
+fn anybody_queued(db: &mut Db, keys: &[String]) -> bool {
+    db.exists(&keys[2]) || db.exists(&keys[3])
+}
+
+/// Check the types of the keys a script touches — the lock's, the fence's with `fence`, the
+/// queue's with `queued` — then read the last fencing token (0 without `fence`).
+fn check_all(db: &mut Db, keys: &[String], fence: bool, queued: bool) -> CommandResult<u64> {
     string_or_none(db, &keys[0], "lock")?;
-    string_or_none(db, &keys[1], "fence")?;
-    check(db, &keys[2], "zset", "queue")?;
-    check(db, &keys[3], "hash", "waiters")?;
+    if fence {
+        string_or_none(db, &keys[1], "fence")?;
+    }
+    if queued {
+        check(db, &keys[2], "zset", "queue")?;
+        check(db, &keys[3], "hash", "waiters")?;
+    }
+    if !fence {
+        return Ok(0);
+    }
     Ok(read_fence(db, &keys[1])?.unwrap_or(0))
 }
 
@@ -76,7 +90,8 @@ fn fence_of(lease: &[u8]) -> Option<u64> {
 }
 
 fn lock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
-    let last = check_all(db, keys)?;
+    let queued = anybody_queued(db, keys);
+    let last = check_all(db, keys, true, queued)?;
     let ttl = int_arg(args, 0)? as u64;
     let nonce = &args[1];
     let retention = int_arg(args, 2)? as u64;
@@ -107,7 +122,9 @@ fn lock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
             fence.to_string(),
             Some(Duration::from_millis(ttl + retention)),
         );
-        leave(db, keys, nonce.as_bytes())?;
+        if queued {
+            leave(db, keys, nonce.as_bytes())?;
+        }
         Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
     };
     if let Some(cur) = db.get(&keys[0])? {
@@ -126,7 +143,7 @@ fn lock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
             Reply::Int(last.max(now) as i64),
         ]));
     }
-    while let Some(head) = head(db, &keys[2])? {
+    while queued && let Some(head) = head(db, &keys[2])? {
         if head == nonce.as_bytes() {
             break;
         }
@@ -152,7 +169,8 @@ pub(crate) fn grant_message(wl: u64, lease: &str) -> String {
 }
 
 fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
-    let last = check_all(db, keys)?;
+    let queued = anybody_queued(db, keys);
+    let last = check_all(db, keys, queued, queued)?;
     let cur = db.get(&keys[0])?;
     if cur
         .as_ref()
@@ -162,7 +180,9 @@ fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     }
     let pair = |a, b| Ok(Reply::Array(vec![Reply::Int(a), Reply::Int(b)]));
     let ours = if args[1] == "nonce" {
-        leave(db, keys, args[0].as_bytes())?;
+        if queued {
+            leave(db, keys, args[0].as_bytes())?;
+        }
         let mine = format!(":{}", args[0]);
         cur.as_ref().is_some_and(|c| c.ends_with(mine.as_bytes()))
     } else {
@@ -175,10 +195,10 @@ fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         return pair(0, 0);
     }
     db.del(&keys[0]);
-    let now = now_us(db);
+    let now = if queued { now_us(db) } else { 0 };
     let now_ms = now / 1000;
     let retention = int_arg(args, 2)? as u64;
-    while let Some(head) = head(db, &keys[2])? {
+    while queued && let Some(head) = head(db, &keys[2])? {
         let info = db.hget(&keys[3], &head)?.and_then(|raw| entry(&raw));
         leave(db, keys, &head)?;
         if let Some((ends, wl, channel)) = info

@@ -80,6 +80,23 @@ impl<S: Store> ExpireLock<S> {
         Ok([keys.lock, keys.fence, queue, waiters])
     }
 
+    /// This client's wake channel for the fair waiters of `name` (`<release channel>:w:<client
+    /// id>`, one per client and lock): a release that grants the lock to one of this client's
+    /// waiters announces it there. For code that drives [`fair_attempt`](Self::fair_attempt)
+    /// itself: listen here (subscribed *before* the attempt) and attempt again on a message,
+    /// rather than only at the end of a polling interval, as the waiting calls do.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name.
+    pub fn fair_wake_channel(&self, name: &str) -> Result<String> {
+        Ok(format!(
+            "{}:w:{}",
+            self.keys(name)?.channel,
+            self.local.id()
+        ))
+    }
+
     /// Fair release of `lease`: deleted, and granted to the next live waiter in the same step.
     pub(crate) async fn fair_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
         let reply = self.fair_unlock_by(name, lease.value(), "lease").await?;
@@ -128,7 +145,7 @@ impl<S: Store> ExpireLock<S> {
     ) -> Result<(FairAttempt, u64)> {
         crate::lease::check_nonce(nonce, "a fair waiter's nonce")?;
         let keys = self.fair_keys(name)?;
-        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        let wake = self.fair_wake_channel(name)?;
         let args = [
             ttl_ms(ttl)?.to_string(),
             nonce.to_owned(),
@@ -212,7 +229,7 @@ impl<S: Store> ExpireLock<S> {
         one_hop: bool,
     ) -> Result<Step<S>> {
         ttl_ms(ttl)?;
-        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        let wake = self.fair_wake_channel(name)?;
         Ok(Step {
             locks: self.clone(),
             name: name.into(),

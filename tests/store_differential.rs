@@ -42,7 +42,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use support::RedisServer;
 use tairlock::clock::{Clock, SystemClock, VirtualClock};
-use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW};
+use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FAIR_LOCK, FAIR_UNLOCK, RENEW};
 use tairlock::{
     Acquire, ErrorKind, ExpireLock, Inspection, Lease, MemoryStore, RedisStore, Renew, Reply,
     Result, Store, Ttl, Unlock,
@@ -1592,6 +1592,99 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         }])
         .await,
     );
+
+    // The expire lock's fair scripts: a cycle with nobody queued (which reads no queue), a grant
+    // to a queued waiter and its confirmation, a leave with nobody queued, user data under the
+    // fence key (untouched by a release with nobody queued, refused by an attempt) and under
+    // the queue key.
+    let g = |s: &str| format!("fx:{{g}}{s}");
+    let fair_keys = vec![g(""), g(":fence"), g(":fairq"), g(":fairw")];
+    let attempt = |nonce: &str, queue: &str| {
+        strings(&[
+            "30000",
+            nonce,
+            "60000",
+            "30000",
+            &format!("{}:w:{nonce}", g(":released")),
+            queue,
+        ])
+    };
+    let unlock = |what: &str, by: &str| strings(&[what, by, "60000", &g(":released"), "PUBLISH"]);
+    let lease_of = |reply: &Result<Reply>| match reply.as_ref().ok().and_then(Reply::as_array) {
+        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        _ => String::new(),
+    };
+    let taken = store
+        .eval(&FAIR_LOCK, &fair_keys, &attempt("a1", "1"))
+        .await;
+    let a1 = lease_of(&taken);
+    tape.reply("fair lock a1, nobody queued", taken, &[]);
+    tape.reply(
+        "fair lock b2 queues",
+        store
+            .eval(&FAIR_LOCK, &fair_keys, &attempt("b2", "1"))
+            .await,
+        &[1, 2],
+    );
+    tape.reply(
+        "fair unlock a1: granted to b2",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock(&a1, "lease"))
+            .await,
+        &[],
+    );
+    let confirmed = store
+        .eval(&FAIR_LOCK, &fair_keys, &attempt("b2", "1"))
+        .await;
+    let b2 = lease_of(&confirmed);
+    tape.reply("fair lock b2 confirms its grant", confirmed, &[]);
+    tape.record("fair queue gone", store.key_type(&g(":fairq")).await);
+    tape.reply(
+        "fair unlock b2, nobody queued",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock(&b2, "lease"))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair leave c3, nobody queued",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock("c3", "nonce"))
+            .await,
+        &[],
+    );
+    let taken = store
+        .eval(&FAIR_LOCK, &fair_keys, &attempt("d4", "0"))
+        .await;
+    let d4 = lease_of(&taken);
+    tape.reply("fair lock d4, nobody queued", taken, &[]);
+    store.del(&g(":fence")).await.unwrap();
+    store.rpush(&g(":fence")).await.unwrap();
+    tape.reply(
+        "fair unlock d4 beside a list under the fence key",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock(&d4, "lease"))
+            .await,
+        &[],
+    );
+    tape.record("fence key still a list", store.key_type(&g(":fence")).await);
+    tape.reply(
+        "fair lock e5 refused by the list under the fence key",
+        store
+            .eval(&FAIR_LOCK, &fair_keys, &attempt("e5", "1"))
+            .await,
+        &[],
+    );
+    store.del(&g(":fence")).await.unwrap();
+    store.set(&g(":fairq"), b"user").await.unwrap();
+    tape.reply(
+        "fair lock e5 refused by a string under the queue key",
+        store
+            .eval(&FAIR_LOCK, &fair_keys, &attempt("e5", "1"))
+            .await,
+        &[],
+    );
+    tape.value("queue key untouched", store.get(&g(":fairq")).await);
 }
 
 #[test]

@@ -248,8 +248,15 @@ impl<S: Store> RwLock<S> {
     }
 
     /// This client's wake channel for the fair writers of `name`: a grant to one of its queued
-    /// writers is announced there.
-    pub(crate) fn fair_wake_channel(&self, name: &str) -> Result<String> {
+    /// writers is announced there (and the last reader's release, when its first queued writer
+    /// may go). For code that drives [`fair_write_acquire`](Self::fair_write_acquire) itself:
+    /// listen here (subscribed *before* the attempt) and attempt again on a message, rather than
+    /// only at the end of a polling interval, as the waiting calls do.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name.
+    pub fn fair_wake_channel(&self, name: &str) -> Result<String> {
         let channel = self.keys(name)?.channel;
         Ok(format!("{channel}:w:{}", self.local.waiters.id()))
     }

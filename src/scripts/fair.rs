@@ -157,16 +157,24 @@ pub(crate) fn grant_message(wl: u64, lease: &str) -> String {
 }
 
 fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    // Nobody queued: the fence and the queue are neither checked nor read (as the script).
+    let queued = db.exists(&keys[2]) || db.exists(&keys[3]);
     string_or_none(db, &keys[0], "lock")?;
-    string_or_none(db, &keys[1], "fence")?;
-    check(db, &keys[2], "zset", "queue")?;
-    check(db, &keys[3], "hash", "waiters")?;
+    if queued {
+        string_or_none(db, &keys[1], "fence")?;
+        check(db, &keys[2], "zset", "queue")?;
+        check(db, &keys[3], "hash", "waiters")?;
+    }
     let grants = keys.get(4);
     let grant_type = match grants {
         Some(key) => string_or_none(db, key, "grant")?,
         None => "none",
     };
-    let last = read_fence(db, &keys[1])?.unwrap_or(0);
+    let last = if queued {
+        read_fence(db, &keys[1])?.unwrap_or(0)
+    } else {
+        0
+    };
     let cur = db.get(&keys[0])?;
     if cur
         .as_ref()

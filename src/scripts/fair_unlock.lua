@@ -18,22 +18,35 @@
 -- Returns {released, granted}: released 1 (the lease was ours and is gone), 0 (held by another
 -- lease; nothing changed but a leaving waiter's place), -1 (not held); granted 1 when the lock
 -- went to the next waiter, else 0. Safe to repeat: a repeat finds nothing of ours.
--- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
+-- Error WRONGTYPE / NOTLOCK when a key it would touch holds data that is not ours; nothing is
+-- written.
 -- check_types, read_fence: from prelude.lua, prepended.
-local spec = {{KEYS[1], 'string', 'lock'}, {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}}
+-- Nobody queued (the uncontended case): the queue's keys are absent, nobody is granted or
+-- woken, and the fence is not needed, so none of them is read (the fair release then costs what
+-- the plain one does).
+local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+local spec = {{KEYS[1], 'string', 'lock'}}
+if queued then
+  spec[2], spec[3], spec[4] = {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}
+end
+local grant_at
 if KEYS[5] then
-  spec[5] = {KEYS[5], 'string', 'grant'}
+  grant_at = #spec + 1
+  spec[grant_at] = {KEYS[5], 'string', 'grant'}
 end
 local types = check_types(spec)
 if types.err then return types end
-local lock_type, fence_type, q_type, w_type = types[1], types[2], types[3], types[4]
-local last = read_fence(KEYS[2], fence_type)
-if type(last) == 'table' then return last end
+local grant_type = grant_at and types[grant_at]
+local last = 0
+if queued then
+  last = read_fence(KEYS[2], types[2])
+  if type(last) == 'table' then return last end
+end
 local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
 end
-if types[5] == 'string' and not string.match(redis.call('GET', KEYS[5]), '^%x+:') then
+if grant_type == 'string' and not string.match(redis.call('GET', KEYS[5]), '^%x+:') then
   return redis.error_reply('NOTLOCK grant key holds a value that is not a grant record')
 end
 local function announce(channel, message)
@@ -41,13 +54,13 @@ local function announce(channel, message)
     redis.pcall('PUBLISH', channel, message)
   end
 end
-local t = redis.call('TIME')
+local t = queued and redis.call('TIME') or {0, 0}
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 -- The first live waiter: its nonce, waiter lease and wake channel; waiters whose place lapsed
 -- are dropped on the way.
 local function first_live()
-  while true do
+  while queued do
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     if not head then return false end
     local info = redis.call('HGET', KEYS[4], head)
@@ -61,12 +74,15 @@ local function first_live()
     redis.call('ZREM', KEYS[3], head)
     redis.call('HDEL', KEYS[4], head)
   end
+  return false
 end
 local ours
 if ARGV[2] == 'nonce' then
   local was_first = not cur and first_live() == ARGV[1]
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  if queued then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('HDEL', KEYS[4], ARGV[1])
+  end
   local mine = ':' .. ARGV[1]
   ours = cur and string.sub(cur, -#mine) == mine
   if was_first then
@@ -81,7 +97,7 @@ end
 if not cur then return {-1, 0} end
 if not ours then return {0, 0} end
 redis.call('DEL', KEYS[1])
-if types[5] == 'string' then
+if grant_type == 'string' then
   redis.call('DEL', KEYS[5])
 end
 local retention = tonumber(ARGV[3])

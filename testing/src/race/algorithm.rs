@@ -85,6 +85,14 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
         lock: &'a str,
         holding: Holding,
     ) -> BoxFuture<'a, Step<()>>;
+    /// After a busy attempt of this client on `lock`: a future that ends when a message may
+    /// have handed it the lock (a fair release's grant on its wake channel), so the client
+    /// attempts again at once instead of at the end of its retry interval, as the library's own
+    /// waiting calls do. The race waits for whichever comes first. `None` (the default): the
+    /// retry interval only (polling).
+    fn woken<'a>(&'a self, _cx: &'a Client<S>, _lock: &'a str) -> Option<BoxFuture<'a, ()>> {
+        None
+    }
     /// Keys to inspect for stuck locks at the end of a trial (the lock key by default).
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![lock.to_owned()]

@@ -1,6 +1,6 @@
 //! One contending client: its store handle, its clock, and the scenario's hand on its pauses.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -51,6 +51,8 @@ pub struct Client<S: Store> {
     ///
     /// [`paused_store`]: Client::paused_store
     crashed: Arc<AtomicBool>,
+    /// What the algorithm keeps for this client during the trial ([`Client::keep`]), by type.
+    kept: parking_lot::Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
     /// The scenario's reply outage on this client, shared with its store's hook.
     outage: Arc<Outage>,
 }
@@ -129,7 +131,22 @@ impl<S: Store> Client<S> {
             tokens: AtomicU64::new(0),
             crashed: Arc::default(),
             outage,
+            kept: parking_lot::Mutex::default(),
         }
+    }
+
+    /// A value this client keeps for the rest of the trial: made by `make` on the first call
+    /// for its type, the same (cloned) on every later one. For an algorithm whose client must
+    /// use one handle from one attempt to the next (a lock handle whose wake channel must stay
+    /// the same, with its subscription). It goes with the client at the end of the trial.
+    pub fn keep<T: Clone + Send + Sync + 'static>(&self, make: impl FnOnce() -> T) -> T {
+        self.kept
+            .lock()
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(make()))
+            .downcast_ref::<T>()
+            .expect("kept by its type")
+            .clone()
     }
 
     /// Where the lease at `at` stands on the server now, on the local clock: read on the

@@ -618,11 +618,25 @@ async fn one_round<S: Store>(
         Ok(Attempt::Acquired(holding)) => holding,
         Ok(Attempt::Busy { retry_after }) => {
             client.trial().busy(client.id());
-            // Poll: the holder's remaining time when known, capped by a short jittered back-off.
             let backoff = client.jitter(lease / 50, lease / 15);
-            client
-                .sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
-                .await;
+            match algorithm.woken(client, lock) {
+                // Listening: until a message may have handed it the lock, or for the time the
+                // algorithm gave (the holder's remaining time, a refresh of its place).
+                Some(woken) => {
+                    let retry = retry_after.unwrap_or(backoff).max(lease / 200);
+                    tokio::select! {
+                        () = client.sleep(retry) => {}
+                        () = woken => {}
+                    }
+                }
+                // Poll: the holder's remaining time when known, capped by a short jittered
+                // back-off.
+                None => {
+                    client
+                        .sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
+                        .await
+                }
+            }
             return Ok(Round::Done);
         }
         // No answer (the store may have applied it): repeat after a short back-off.

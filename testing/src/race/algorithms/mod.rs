@@ -20,6 +20,7 @@ pub mod rw_scripted;
 pub mod rw_two_step;
 pub mod semaphore;
 pub mod token_lock;
+mod wake;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
 pub use self::fair_expire_lock::FairExpireLock;

@@ -14,15 +14,20 @@
 //! the first live queued writer in the same step. Each refused write attempt refreshes the
 //! writer's place (a waiter lease of half the race's lease) and, under writer preference, the
 //! intent naming the first queued writer; a repeat finds a grant a release made to it. A
-//! crashed writer's place, and a grant made to it, lapse with its waiter lease.
+//! crashed writer's place, and a grant made to it, lapse with its waiter lease. A refused fair
+//! writer waits as the library's waiting calls do: subscribed to its wake channel before each
+//! attempt, it attempts again as soon as a message comes there (a grant, or the last reader
+//! gone), and otherwise refreshes its place within a third of its waiter lease.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tairlock::{Keyspace, Lease, Store};
 use tairlock_rwlock::{Options, ReadAttempt, RwLock, WriteAttempt};
 
+use super::wake::Wake;
 use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
@@ -69,6 +74,20 @@ impl RwScripted {
         RwLock::with_options(cx.store().clone(), options)
     }
 
+    /// Client `cx`'s handle for its fair writes (one for the trial: its wake channel is the
+    /// handle's), subscribed to that channel for `lock` before the attempt.
+    async fn listen<S: Store>(
+        &self,
+        cx: &Client<S>,
+        lock: &str,
+        ttl: Duration,
+    ) -> Step<RwLock<RaceStore<S>>> {
+        let listener = listener(cx, || self.locks(cx, ttl));
+        let rw = &listener.rw;
+        Wake::listen(&listener.wake, cx, || rw.fair_wake_channel(lock)).await?;
+        Ok(listener.rw.clone())
+    }
+
     /// A pause point that forgets this client's acquisition in progress if the client dies
     /// there.
     async fn pause<S: Store>(&self, cx: &Client<S>, lock: &str, point: &'static str) -> Step<()> {
@@ -80,6 +99,24 @@ impl RwScripted {
         }
         paused
     }
+}
+
+/// A fair writer's handle for the trial, and its subscription to its wake channel.
+struct Listener<S: Store> {
+    rw: RwLock<RaceStore<S>>,
+    wake: Mutex<Wake>,
+}
+
+fn listener<S: Store>(
+    cx: &Client<S>,
+    rw: impl FnOnce() -> RwLock<RaceStore<S>>,
+) -> Arc<Listener<S>> {
+    cx.keep(|| {
+        Arc::new(Listener {
+            rw: rw(),
+            wake: Mutex::default(),
+        })
+    })
 }
 
 impl<S: Store> Algorithm<S> for RwScripted {
@@ -131,6 +168,11 @@ impl<S: Store> Algorithm<S> for RwScripted {
             }
             let nonce = pending.unwrap_or_else(tairlock::new_nonce);
             self.writing.lock().insert(key.clone(), nonce.clone());
+            let rw = if self.fair {
+                self.listen(cx, lock, ttl).await?
+            } else {
+                rw
+            };
             self.pause(cx, lock, "write:before-acquire").await?;
             let attempt = if self.fair {
                 rw.fair_write_acquire(lock, &nonce, ttl, Some(ttl / 2), true)
@@ -190,6 +232,22 @@ impl<S: Store> Algorithm<S> for RwScripted {
             }
             Ok(())
         })
+    }
+
+    fn woken<'a>(&'a self, cx: &'a Client<S>, lock: &'a str) -> Option<BoxFuture<'a, ()>> {
+        // A fair writer waiting for its turn (readers poll).
+        if !self.fair
+            || !self
+                .writing
+                .lock()
+                .contains_key(&(lock.to_owned(), cx.id()))
+        {
+            return None;
+        }
+        listener(cx, || self.locks(cx, cx.plan().lease))
+            .wake
+            .lock()
+            .message()
     }
 
     fn is_shared(&self, holding: &Holding) -> bool {

@@ -117,8 +117,7 @@ fn run_v_tells_a_lease_deleted_mid_run_and_why() {
         lost.contains("reason=a renewal found the lease gone: it expired or was deleted"),
         "{lost}"
     );
-    let stopping =
-        "tairlock run: the lease on job was lost; stopping the command (SIGTERM to everything it started)";
+    let stopping = "tairlock run: the lease on job was lost; stopping the command (SIGTERM to everything it started)";
     line(&out, stopping);
     // The reason first, then what tairlock does about it.
     assert!(

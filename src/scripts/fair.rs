@@ -157,15 +157,17 @@ pub(crate) fn grant_message(wl: u64, lease: &str) -> String {
 }
 
 fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
-    // Nobody queued: the fence and the queue are neither checked nor read (as the script).
-    let queued = db.exists(&keys[2]) || db.exists(&keys[3]);
+    // Nobody queued and no grant pending: the fence, the queue and the grant record are neither
+    // checked nor read (as the script).
+    let queued =
+        db.exists(&keys[2]) || db.exists(&keys[3]) || keys.get(4).is_some_and(|k| db.exists(k));
     string_or_none(db, &keys[0], "lock")?;
     if queued {
         string_or_none(db, &keys[1], "fence")?;
         check(db, &keys[2], "zset", "queue")?;
         check(db, &keys[3], "hash", "waiters")?;
     }
-    let grants = keys.get(4);
+    let grants = keys.get(4).filter(|_| queued);
     let grant_type = match grants {
         Some(key) => string_or_none(db, key, "grant")?,
         None => "none",

@@ -21,16 +21,21 @@
 -- Error WRONGTYPE / NOTLOCK when a key it would touch holds data that is not ours; nothing is
 -- written.
 -- check_types, read_fence: from prelude.lua, prepended.
--- Nobody queued (the uncontended case): the queue's keys are absent, nobody is granted or
--- woken, and the fence is not needed, so none of them is read (the fair release then costs what
--- the plain one does).
-local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+-- Nobody queued and no grant pending (the uncontended case): the queue's keys and the grant
+-- record are absent, nobody is granted or woken, and the fence is not needed, so none of them is
+-- read (the fair release then costs what the plain one does).
+local queued
+if KEYS[5] then
+  queued = redis.call('EXISTS', KEYS[3], KEYS[4], KEYS[5]) > 0
+else
+  queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+end
 local spec = {{KEYS[1], 'string', 'lock'}}
 if queued then
   spec[2], spec[3], spec[4] = {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}
 end
 local grant_at
-if KEYS[5] then
+if KEYS[5] and queued then
   grant_at = #spec + 1
   spec[grant_at] = {KEYS[5], 'string', 'grant'}
 end

@@ -137,6 +137,9 @@ pub(crate) enum Part {
     SemQueue,
     /// Its waiters' entries, `:sem:qw`.
     SemWaiters,
+    /// The semaphore's stored limit, `:sem:n` (kept as long as its fence: an idle semaphore
+    /// keeps it).
+    SemLimit,
 }
 
 /// The shape of a value.
@@ -165,7 +168,7 @@ struct Layout {
 
 /// Every key of every kind under `<prefix>{name}`: the tables of `tairlock::expire_lock`,
 /// `tairlock::fair`, `tairlock::semaphore` and `tairlock_rwlock` ("Key layout").
-const LAYOUT: [Layout; 14] = [
+const LAYOUT: [Layout; 15] = [
     layout("", Part::Lock, "string", Shape::Lease),
     layout(":fence", Part::Fence, "string", Shape::Integer),
     layout(":fairq", Part::FairQueue, "zset", Shape::Nonces),
@@ -180,6 +183,7 @@ const LAYOUT: [Layout; 14] = [
     layout(":sem:fence", Part::SemFence, "string", Shape::Integer),
     layout(":sem:q", Part::SemQueue, "zset", Shape::Nonces),
     layout(":sem:qw", Part::SemWaiters, "hash", Shape::Entries),
+    layout(":sem:n", Part::SemLimit, "string", Shape::Integer),
 ];
 
 const fn layout(suffix: &'static str, part: Part, key_type: &'static str, shape: Shape) -> Layout {
@@ -617,6 +621,8 @@ impl Collector {
             Part::Holdings,
             Part::SemQueue,
             Part::SemWaiters,
+            // An idle semaphore: its limit stays with its fence after the last holder left.
+            Part::SemLimit,
         ]
         .iter()
         .any(|p| group.has(*p));
@@ -680,6 +686,7 @@ impl Collector {
         if sem {
             let holders = group.take(Part::Holders);
             let holdings = group.take(Part::Holdings);
+            let limit = group.take(Part::SemLimit);
             let queue = Queue {
                 order: group.take(Part::SemQueue),
                 entries: group.take(Part::SemWaiters),
@@ -688,6 +695,7 @@ impl Collector {
                 .iter()
                 .chain(&holdings)
                 .chain(&sem_fence)
+                .chain(&limit)
                 .map(|f| f.key.clone())
                 .collect();
             keys.extend(queue.keys());
@@ -813,6 +821,23 @@ mod tests {
         assert!(matches!(&items[3], Item::Sem(n, _) if n.keys.len() == 3));
         let keys: usize = items.iter().map(|i| i.keys().len()).sum();
         assert_eq!(keys, 10, "every key once");
+    }
+
+    #[test]
+    fn an_idle_semaphores_limit_and_fence_are_one_semaphore() {
+        // Its last holder left: the stored limit and the fencing token stay (the limit is kept
+        // as long as the fence state), and are the semaphore's, not user data.
+        let (items, other) = collect(vec![
+            string("tairlock:{pool}:sem:n", "3", ttl()),
+            string("tairlock:{pool}:sem:fence", "17", ttl()),
+        ]);
+        assert_eq!(other, 0, "{items:#?}");
+        assert_eq!(items.len(), 1, "{items:#?}");
+        let Item::Sem(n, _) = &items[0] else {
+            panic!("{items:#?}")
+        };
+        assert_eq!(n.name, "pool");
+        assert_eq!(n.keys, ["tairlock:{pool}:sem:fence", "tairlock:{pool}:sem:n"]);
     }
 
     #[test]

@@ -191,16 +191,6 @@ pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
 
 pub use crate::deadline::{DRIFT_FACTOR, drift};
 
-/// Superseded by [`deadline::local_deadline`](crate::deadline::local_deadline), which dates a
-/// lease from the remaining time the server's answer reports rather than from the length asked
-/// for (a repeated request gets back a lease with less time left than that). The core no longer
-/// calls this; it remains only until the other crates of the workspace have moved.
-///
-/// `sent + ttl − (1% of ttl + 2 ms)`.
-pub fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
-    sent + ttl.saturating_sub(drift(ttl, DRIFT_FACTOR))
-}
-
 /// Back-off between attempts that met a transient error (a failover, a timeout): doubling from
 /// 50 ms up to 1 s, jittered.
 #[derive(Debug)]
@@ -908,20 +898,5 @@ mod tests {
         for task in queued {
             task.abort();
         }
-    }
-
-    #[test]
-    fn the_drift_rule_is_one_percent_and_two_milliseconds() {
-        let sent = Instant::now();
-        let ttl = Duration::from_secs(10);
-        assert_eq!(
-            local_deadline(sent, ttl),
-            sent + ttl - Duration::from_millis(102)
-        );
-        assert_eq!(
-            local_deadline(sent, Duration::from_millis(1)),
-            sent,
-            "never before it was sent"
-        );
     }
 }

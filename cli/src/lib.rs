@@ -7,8 +7,9 @@
 //! |---|---|
 //! | `tairlock race` | contending clients run each lock algorithm under stalls, crashes and clock skew; a table counts overlaps, foreign deletions, accepted stale writes and stuck locks |
 //! | `tairlock run KEY -- CMD…` | runs a command while holding a lock, like `flock(1)`: no process started for the command runs after the lease's deadline |
-//! | `tairlock inspect KEY` | a lock's holder, expiry and fencing token; a reader/writer lock's readers, a semaphore's holders, a legacy key's timestamp |
-//! | `tairlock unlock --force KEY` | deletes a stuck lock of any kind, and refuses a key that holds anything else |
+//! | `tairlock inspect KEY` | a lock's holder, expiry and fencing token; a reader/writer lock's readers, a semaphore's holders, a legacy key's timestamp, a token lock's token |
+//! | `tairlock unlock --force KEY` | deletes a stuck lock of any kind, and refuses a key that holds anything else; `--if-value` deletes only the holding that was looked at |
+//! | `tairlock scan [PATTERN]` | finds every lock in a live keyspace, reading only, and with `--stuck` the ones nobody can take without help |
 //! | `tairlock bench` | throughput and latency of each primitive against the round-trip floor measured in the same run |
 //!
 //! The locks are those of [`tairlock`], [`tairlock_rwlock`] and [`tairlock_legacy`]; the race

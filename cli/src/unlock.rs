@@ -560,7 +560,7 @@ struct UnlockJob {
     rw: bool,
     /// A token lock at `name`, exactly as named.
     token: bool,
-    /// `--if-value`: a legacy key's timestamp, or the expire lock's lease.
+    /// `--if-value`: a legacy key's timestamp, the expire lock's lease, or a token lock's token.
     if_value: Option<String>,
     sem: bool,
 }
@@ -649,12 +649,12 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         };
         if (named_rw || rw) && if_value.is_some() {
             return usage(
-                "--if-value names an expire lock's lease or a legacy timestamp, not a reader/writer lock",
+                "--if-value names an expire lock's lease, a legacy timestamp or a token, not a reader/writer lock",
             );
         }
         if (named_sem.is_some() || sem) && if_value.is_some() {
             return usage(
-                "--if-value names an expire lock's lease or a legacy timestamp, not a semaphore",
+                "--if-value names an expire lock's lease, a legacy timestamp or a token, not a semaphore",
             );
         }
         if if_value

@@ -837,7 +837,10 @@ mod tests {
             panic!("{items:#?}")
         };
         assert_eq!(n.name, "pool");
-        assert_eq!(n.keys, ["tairlock:{pool}:sem:fence", "tairlock:{pool}:sem:n"]);
+        assert_eq!(
+            n.keys,
+            ["tairlock:{pool}:sem:fence", "tairlock:{pool}:sem:n"]
+        );
     }
 
     #[test]

@@ -1611,14 +1611,14 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
     };
     let unlock = |what: &str, by: &str| strings(&[what, by, "60000", &g(":released"), "PUBLISH"]);
     let lease_of = |reply: &Result<Reply>| match reply.as_ref().ok().and_then(Reply::as_array) {
-        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        Some([Reply::Int(1), lease, ..]) => lease.as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
     let taken = store
         .eval(&FAIR_LOCK, &fair_keys, &attempt("a1", "1"))
         .await;
     let a1 = lease_of(&taken);
-    tape.reply("fair lock a1, nobody queued", taken, &[]);
+    tape.reply("fair lock a1, nobody queued", taken, &[2]);
     tape.reply(
         "fair lock b2 queues",
         store
@@ -1637,7 +1637,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         .eval(&FAIR_LOCK, &fair_keys, &attempt("b2", "1"))
         .await;
     let b2 = lease_of(&confirmed);
-    tape.reply("fair lock b2 confirms its grant", confirmed, &[]);
+    tape.reply("fair lock b2 confirms its grant", confirmed, &[2]);
     tape.record("fair queue gone", store.key_type(&g(":fairq")).await);
     tape.reply(
         "fair unlock b2, nobody queued",
@@ -1657,7 +1657,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         .eval(&FAIR_LOCK, &fair_keys, &attempt("d4", "0"))
         .await;
     let d4 = lease_of(&taken);
-    tape.reply("fair lock d4, nobody queued", taken, &[]);
+    tape.reply("fair lock d4, nobody queued", taken, &[2]);
     store.del(&g(":fence")).await.unwrap();
     store.rpush(&g(":fence")).await.unwrap();
     tape.reply(

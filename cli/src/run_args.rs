@@ -82,7 +82,15 @@ pub struct RunArgs {
     /// token), so that this job and a service using one of those exclude each other.
     /// TAIRLOCK_FENCE is this tool's own fencing token: the other clients neither issue nor
     /// advance one.
-    #[arg(long, conflicts_with_all = ["read", "write", "legacy", "prefix", "fair", "permits"])]
+    // The flags that require another kind's are named too: clap does not check a flag's
+    // requirement once the flag required conflicts with one given.
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "read", "write", "legacy", "prefix", "fair", "permits", "preference", "unit",
+            "legacy_kind",
+        ]
+    )]
     pub(crate) token: bool,
     /// Hold one of N permits of a semaphore named KEY instead of the lock: at most N commands
     /// (of every `tairlock run --permits N KEY`) run at once, each with its own lease.

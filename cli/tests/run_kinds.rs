@@ -8,7 +8,7 @@
 //! - The supervision is the same for every kind: a read, write or legacy lease deleted behind the
 //!   command's back stops it and exits 76.
 //! - Flag combinations that make no sense are refused with exit 2 before anything is locked.
-//! - Every kind runs on a Redis Cluster (`--cluster`).
+//! - Every kind runs on a Redis Cluster (`--cluster`), a token lock (`--token`) too.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -472,6 +472,7 @@ fn every_kind_runs_on_a_cluster() {
             &["--legacy", "--legacy-kind", "watch"][..],
             "lock.job",
         ),
+        ("reports:nightly", &["--token"][..], "reports:nightly"),
     ] {
         let script = format!("echo \"$TAIRLOCK_KEY\" > {}", seen.display());
         let status = cluster_run(key, args, &script).status().unwrap();

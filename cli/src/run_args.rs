@@ -70,12 +70,26 @@ pub struct RunArgs {
     #[arg(long, conflicts_with_all = ["read", "write", "prefix"])]
     pub(crate) legacy: bool,
     /// With --legacy: the unit of the stored timestamps, as the old code writes them.
-    #[arg(long, value_enum, default_value = "s", requires = "legacy")]
+    // The flags that conflict with --legacy are named: clap does not ask for a flag's
+    // requirement once the flag required conflicts with one given (--token names these).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "s",
+        requires = "legacy",
+        conflicts_with_all = ["read", "write", "fair", "permits"]
+    )]
     pub(crate) unit: UnitArg,
     /// With --legacy: which kind of lock. `auto` (default) picks the strongest the server
     /// supports (scripted, else watch, else getset), as every detecting client does; `getset`
     /// is the original algorithm, which cannot renew: the command must end within --ttl.
-    #[arg(long, value_enum, default_value = "auto", requires = "legacy")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        requires = "legacy",
+        conflicts_with_all = ["read", "write", "fair", "permits"]
+    )]
     pub(crate) legacy_kind: LegacyKindArg,
     /// Lock KEY in the token format of redis-py's Lock, node redlock, redis-semaphore's mutex
     /// and redsync (a random token under exactly that key, with a TTL; released only by its

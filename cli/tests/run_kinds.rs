@@ -397,6 +397,18 @@ fn nonsense_flag_combinations_are_refused_with_exit_2() {
         (&["--fair", "--read"][..], "cannot be used with"),
         (&["--unit", "ms"][..], "--legacy"),
         (&["--legacy-kind", "getset"][..], "--legacy"),
+        // A legacy flag beside a flag that conflicts with --legacy (clap does not ask for
+        // --legacy then): refused all the same, not ignored.
+        (&["--read", "--unit", "ms"][..], "cannot be used with"),
+        (
+            &["--write", "--legacy-kind", "getset"][..],
+            "cannot be used with",
+        ),
+        (&["--fair", "--unit", "ms"][..], "cannot be used with"),
+        (
+            &["--permits", "2", "--legacy-kind", "watch"][..],
+            "cannot be used with",
+        ),
         (&["--preference", "reader"][..], "--read|--write"),
         (&["--pubsub", "sharded"][..], "--cluster"),
         (&["--wait", "1h30"][..], "no unit"),

@@ -8,8 +8,8 @@
 //! the same for all of them. The command gets `TAIRLOCK_KEY` (the key the hold lives in),
 //! `TAIRLOCK_NAME` and, when the kind issues one, `TAIRLOCK_FENCE` (the fencing token: pass it
 //! along with every write, so a resource can reject a holder that was paused past its lease;
-//! readers and the `getset` legacy kind get none, and a token lock's orders only the holders of
-//! this project's clients, since the other libraries do not fence).
+//! readers and the `getset` legacy kind get none, and a token lock's orders only the holders
+//! that took it with this project's clients, since the other libraries do not fence).
 //!
 //! # The promise
 //!

@@ -266,7 +266,8 @@ fn failing_token_renewals_stop_the_command_before_the_key_expires() {
     assert_eq!(status.code(), Some(76), "{}", read(&stderr));
     let before_expiry = Duration::from_nanos(expiry.saturating_sub(term_at(&term, &stderr)) as u64);
     println!(
-        "token renewals paused: SIGTERM {before_expiry:?} before the key's expiry (--grace {grace:?})"
+        "token renewals paused: SIGTERM {before_expiry:?} before the key's expiry \
+         (--grace {grace:?})"
     );
     assert!(
         before_expiry >= grace / 2,
@@ -393,7 +394,9 @@ fn run_token_and_redis_py_lock_exclude_each_other() {
         "the command started before Python released"
     );
     let waited = Duration::from_nanos((at - released_at) as u64);
-    println!("run --token started {waited:?} after redis-py released (it polls every 100 ms)");
+    println!(
+        "run --token started {waited:?} after redis-py released (a waiter looks again every 100 ms)"
+    );
     let ours = server.cli(&["GET", KEY]).trim().to_owned();
     assert!(is_token(&ours) && ours != theirs, "{ours:?}");
     drop(py);

@@ -1,7 +1,7 @@
-//! `tairlock run`'s flags turned into a job: which lock kind they name (the expire
-//! lock, a reader/writer lock's side, a semaphore's permit, a token lock, or a legacy key whose
-//! kind is picked from what the server supports), and the job that holds it on the connected store while
-//! [`run`](crate::run::run) supervises the command.
+//! `tairlock run`'s flags turned into a job: which lock kind they name (the expire lock, a
+//! reader/writer lock's side, a semaphore's permit, a token lock, or a legacy key whose kind is
+//! picked from what the server supports), and the job that holds it on the connected store
+//! while [`run`](crate::run::run) supervises the command.
 
 use std::process::ExitCode;
 use std::time::Duration;

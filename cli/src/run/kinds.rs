@@ -1,8 +1,8 @@
 //! The lock kinds `tairlock run` can hold, behind one interface: the expire lock (plain or fair),
 //! a reader/writer lock's read or write side, a semaphore's permits, a [`TokenLock`] (the wire
 //! format of redis-py, node redlock and the like, on the key exactly as named), and the legacy
-//! `SETNX`/`GETSET` wire format ([`legacy`](super::legacy)). The supervisor machinery in [`run`](super::run) sees only
-//! [`Locker`] and [`Hold`], so it works the same for every kind.
+//! `SETNX`/`GETSET` wire format ([`legacy`](super::legacy)). The supervisor machinery in
+//! [`run`](super::run) sees only [`Locker`] and [`Hold`], so it works the same for every kind.
 
 use std::future::Future;
 use std::time::Duration;

@@ -56,7 +56,8 @@ enum Command {
     /// runs out when renewals fail, when tairlock is stopped, and kills it if tairlock dies; the
     /// lock is held while any of it lives. The lock is an expire lock (optionally --fair), a
     /// reader/writer lock's read or write side (--read, --write), a semaphore's permit
-    /// (--permits), or a legacy SETNX/GETSET key (--legacy). Exit codes: the command's; 75 not
+    /// (--permits), a token lock shared with redis-py's Lock, node redlock and the like
+    /// (--token), or a legacy SETNX/GETSET key (--legacy). Exit codes: the command's; 75 not
     /// acquired within --wait; 76 lease lost; 69 store error; 71 supervision not set up; 126
     /// command not executable; 127 command not found.
     Run(RunArgs),

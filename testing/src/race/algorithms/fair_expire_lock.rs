@@ -127,7 +127,13 @@ impl<S: Store> Algorithm<S> for FairExpireLock {
 
     fn keys(&self, lock: &str) -> Vec<String> {
         let key = format!("{{{lock}}}");
-        vec![key.clone(), format!("{key}:fairq"), format!("{key}:fairw")]
+        vec![
+            key.clone(),
+            format!("{key}:fairq"),
+            format!("{key}:fairw"),
+            // The record of a grant not confirmed yet (a crashed waiter's lingers a waiter lease).
+            format!("{key}:fairg"),
+        ]
     }
 
     fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {

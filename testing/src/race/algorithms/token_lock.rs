@@ -101,7 +101,11 @@ mod tests {
             ..RaceConfig::default()
         };
         let rows = run_embedded(&config, |_| {}).unwrap();
-        assert_eq!(rows.len(), 8, "2 algorithms x 4 scenarios");
+        assert_eq!(
+            rows.len(),
+            2 * crate::race::Scenario::ALL.len(),
+            "2 algorithms x every scenario"
+        );
         let row = |algorithm: &str, scenario: &str| {
             rows.iter()
                 .find(|r| r.algorithm == algorithm && r.scenario == scenario)

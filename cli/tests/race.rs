@@ -222,6 +222,7 @@ fn safe_row(scenario: &str, overlaps: u64) -> tairlock_cli::race::Row {
         trials: 1,
         acquisitions: 100,
         overlaps,
+        overlaps_past_lease: 0,
         foreign_deletions: 0,
         stale_writes_accepted: 0,
         writes_rejected: 0,
@@ -245,6 +246,20 @@ fn overlaps_break_a_safe_row_wherever_nobody_stalls_past_the_lease() {
     }
     // A holder paused past its lease overlaps the next one with any lease lock.
     assert!(!safe_row("long-stalls", 3).broken());
+    // Elsewhere too, when every holder found inside was past its lease (a machine too loaded
+    // to run it on time): only the overlaps with a holder still relying on its lease count.
+    for scenario in ["short-stalls", "crashes", "clock-skew"] {
+        let row = tairlock_cli::race::Row {
+            overlaps_past_lease: 3,
+            ..safe_row(scenario, 3)
+        };
+        assert!(!row.broken(), "{scenario}");
+        let row = tairlock_cli::race::Row {
+            overlaps_past_lease: 2,
+            ..safe_row(scenario, 3)
+        };
+        assert!(row.broken(), "{scenario}");
+    }
 }
 
 #[test]

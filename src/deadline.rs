@@ -161,10 +161,10 @@ mod tests {
     }
 
     /// The audit of the whole class: no code of this crate dates a lease except through this
-    /// module. It reads every source file under `src/` and refuses, outside this file and the
-    /// superseded [`engine::local_deadline`](crate::engine::local_deadline)'s own definition,
-    /// any use of that function, any drift applied by hand, and any instant computed as a send
-    /// or start time plus something (`sent + ttl`: the length asked for, which a repeated
+    /// module. It reads every source file under `src/` and refuses, outside this file, any use
+    /// of a deadline function of the engine (the superseded `engine::local_deadline(sent, ttl)`,
+    /// now removed), any drift applied by hand, and any instant computed as a send or start time
+    /// plus something (`sent + ttl`: the length asked for, which a repeated
     /// request's lease no longer has). A lease is dated by [`local_deadline`] from a
     /// [`Remaining`] that only a server's answer makes.
     #[test]
@@ -207,9 +207,7 @@ mod tests {
                 let from_a_send = ["sent +", "start +", "sent.checked_add", "start.checked_add"]
                     .iter()
                     .any(|p| code.contains(p));
-                // The superseded function's own body and test, until it is removed.
-                let exempt = name == "engine.rs";
-                if !exempt && (superseded || by_hand || from_a_send) {
+                if superseded || by_hand || from_a_send {
                     offences.push(format!("src/{name}:{}: {}", n + 1, line.trim()));
                 }
             }

@@ -17,9 +17,11 @@
 //!   them with back-off ([`Transient`]); the attempt is repeated with the *same nonce*, so a
 //!   repeat finds what the unanswered one took. A single attempt returns them at once.
 //! - **Cancel cleanup**: armed from the moment an attempt is sent until its outcome is known (and
-//!   while a refused attempt leaves something behind, such as a writer's intent). Dropped while
-//!   armed, or returning an error, the engine undoes in the background whatever the nonce may
-//!   hold; giving up in time, it undoes at once.
+//!   while a refused attempt leaves something behind, such as a writer's intent). The undo is
+//!   always a task of its own on the store's runtime, never part of the caller's future: dropped
+//!   while armed, or returning an error, the engine spawns it and returns; giving up in time, it
+//!   spawns it and waits for it at most [one round trip](CLEANUP_WAIT), so a waiting call
+//!   returns within its patience plus that, and dropping the call never abandons the undo.
 //! - **The deadline rule** is not here: every lock kind dates its leases with
 //!   [`deadline::local_deadline`](crate::deadline::local_deadline), from the remaining time the
 //!   server's answer reports.
@@ -31,7 +33,6 @@ use std::pin::pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -144,15 +145,16 @@ pub trait Kind: Clone + Send + Sync + 'static {
         None
     }
 
-    /// Whether the wake-up message `message` hands this acquisition (under `nonce`) the lock at
+    /// Whether the wake-up messages `messages` hand this acquisition (under `nonce`) the lock at
     /// once, without another attempt: `Some` with what it holds, dated conservatively from
     /// `sent` (when the last attempt, refused, was sent). Asked only after a notification woke
-    /// a waiter whose last attempt was refused, for each message delivered since that attempt
-    /// was sent. Must be safe against lost, repeated and stale messages: answer `Some` only
-    /// when the message proves the lock is this nonce's now, and until the deadline given.
-    /// Default: never (the next attempt finds out).
-    fn granted(&self, nonce: &str, message: &str, sent: Instant) -> Option<Self::Held> {
-        let _ = (nonce, message, sent);
+    /// a waiter whose last attempt was refused, with the messages delivered since that attempt
+    /// was sent, oldest first (a later one may take back an earlier one). Must be safe against
+    /// lost, repeated and stale messages: answer `Some` only when the messages prove the lock
+    /// is this nonce's now, and until the deadline given. Default: never (the next attempt
+    /// finds out).
+    fn granted(&self, nonce: &str, messages: &[Arc<str>], sent: Instant) -> Option<Self::Held> {
+        let _ = (nonce, messages, sent);
         None
     }
 
@@ -188,16 +190,6 @@ fn attempt_started_at(first: Option<Instant>) -> Instant {
 pub const FAILOVER_PATIENCE: Duration = Duration::from_secs(60);
 
 pub use crate::deadline::{DRIFT_FACTOR, drift};
-
-/// Superseded by [`deadline::local_deadline`](crate::deadline::local_deadline), which dates a
-/// lease from the remaining time the server's answer reports rather than from the length asked
-/// for (a repeated request gets back a lease with less time left than that). The core no longer
-/// calls this; it remains only until the other crates of the workspace have moved.
-///
-/// `sent + ttl − (1% of ttl + 2 ms)`.
-pub fn local_deadline(sent: Instant, ttl: Duration) -> Instant {
-    sent + ttl.saturating_sub(drift(ttl, DRIFT_FACTOR))
-}
 
 /// Back-off between attempts that met a transient error (a failover, a timeout): doubling from
 /// 50 ms up to 1 s, jittered.
@@ -244,18 +236,28 @@ impl Transient {
     }
 }
 
-type Queue = Arc<tokio::sync::Mutex<()>>;
+type Queue = crate::sync::Arc<tokio::sync::Mutex<()>>;
 
 /// One client's local waiting state: a FIFO queue (a fair async mutex) per lock name being
 /// acquired, and the store's notifier once a wait needed it. Shared by the clones of a lock.
 #[derive(Default)]
 pub struct Waiters {
-    queues: Mutex<HashMap<String, Queue>>,
+    /// Each name's queue and how many [`Ticket`]s hold a place in it. The count changes only
+    /// under this lock, so the last ticket to leave is the one that removes the entry.
+    queues: crate::sync::Mutex<HashMap<String, (Queue, usize)>>,
     /// A random id for this client, naming its wake channels (the fair mode).
     id: OnceLock<String>,
     /// The store's notifier, once a wait needed it: later acquires look (without a round trip)
     /// whether their channel is still subscribed before their first attempt.
     notifier: OnceLock<Notifier>,
+}
+
+impl Waiters {
+    /// How many names have a local queue (someone waiting or acquiring).
+    #[cfg(all(test, tairlock_loom))]
+    pub(crate) fn queued_names(&self) -> usize {
+        self.queues.lock().len()
+    }
 }
 
 impl fmt::Debug for Waiters {
@@ -273,12 +275,16 @@ impl Waiters {
             .get_or_init(|| crate::lease::nonce()[..16].to_owned())
     }
 
-    fn queue(&self, name: &str) -> Queue {
-        self.queues
-            .lock()
-            .entry(name.to_owned())
-            .or_default()
-            .clone()
+    /// A place in the local queue for `name`.
+    pub(crate) fn ticket<'a>(&'a self, name: &'a str) -> Ticket<'a> {
+        let mut queues = self.queues.lock();
+        let (queue, tickets) = queues.entry(name.to_owned()).or_default();
+        *tickets += 1;
+        Ticket {
+            waiters: self,
+            name,
+            queue: queue.clone(),
+        }
     }
 
     /// The store's notifier (made within `deadline` and the subscribe limit), remembered.
@@ -298,7 +304,7 @@ impl Waiters {
 
 /// A place in a local queue; leaving drops the queue when nobody else is in it (also when the
 /// acquire is cancelled).
-struct Ticket<'a> {
+pub(crate) struct Ticket<'a> {
     waiters: &'a Waiters,
     name: &'a str,
     queue: Queue,
@@ -306,38 +312,76 @@ struct Ticket<'a> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
+        // Counted under the map's lock, not by the `Arc`'s count: two tickets dropped at once on
+        // two threads would both see the other's `Arc` still alive, and neither remove the entry.
         let mut queues = self.waiters.queues.lock();
-        // Ours and the map's: nobody else is queued.
-        if Arc::strong_count(&self.queue) == 2 {
-            queues.remove(self.name);
+        if let Some((_, tickets)) = queues.get_mut(self.name) {
+            *tickets -= 1;
+            if *tickets == 0 {
+                queues.remove(self.name);
+            }
         }
     }
 }
 
-/// Armed while an attempt's outcome is unknown (or a refused one left something behind): on
-/// drop while armed (the acquire was cancelled, or returns an error), undoes in the background.
+/// How long a waiting call that gives up waits for its undo before it returns, at least: one
+/// round trip to a healthy server (the longest round trip the acquisition has seen, if longer).
+/// The undo runs to its end in the background regardless; waiting this long only means that,
+/// on a server that answers, the call returns with nothing of it left behind.
+pub const CLEANUP_WAIT: Duration = Duration::from_millis(50);
+
+/// Run `undo` as a task of its own on the store's runtime (`runtime`, else the ambient one, else
+/// tairlock's background runtime): cleanup never belongs to a caller's future, which may be
+/// dropped. The one way every kind's undo and rollback is started.
+pub fn spawn_cleanup(
+    runtime: Option<tokio::runtime::Handle>,
+    undo: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    crate::blocking::spawn_handle(runtime).spawn(undo)
+}
+
+/// Wait for a cleanup task from [`spawn_cleanup`] at most `wait` (one round trip: see
+/// [`CLEANUP_WAIT`]); it goes on in the background after that, and if this future is dropped.
+/// Returns whether it finished.
+pub async fn settle_cleanup(cleanup: tokio::task::JoinHandle<()>, wait: Duration) -> bool {
+    matches!(tokio::time::timeout(wait, cleanup).await, Ok(Ok(())))
+}
+
+/// Armed while an attempt's outcome is unknown (or a refused one left something behind). The
+/// undo it runs is a task of its own on the store's runtime, spawned when the acquisition gives
+/// up ([`finish`](Self::finish)) or when dropped armed (the acquire was cancelled, or returns
+/// an error): it outlives the caller's future, and its retries never hold the caller up.
 struct Cleanup<K: Kind> {
     kind: K,
     nonce: String,
     armed: bool,
+    /// The longest an answered attempt of this acquisition took: one round trip.
+    round_trip: Duration,
 }
 
 impl<K: Kind> Cleanup<K> {
-    /// Undo now (a waiter that gives up in time leaves nothing behind).
+    /// Spawn the undo if armed (at most once).
+    fn spawn(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
+        let undo = self.kind.clone().undo(self.nonce.clone());
+        Some(spawn_cleanup(self.kind.store().runtime(), undo))
+    }
+
+    /// Give up: spawn the undo, and wait for it at most one round trip ([`CLEANUP_WAIT`], or
+    /// the slowest answer seen), so that a waiter giving up in time normally leaves nothing
+    /// behind when it returns, and never returns much later than its patience.
     async fn finish(&mut self) {
-        if std::mem::take(&mut self.armed) {
-            self.kind.clone().undo(self.nonce.clone()).await;
+        if let Some(undo) = self.spawn() {
+            settle_cleanup(undo, CLEANUP_WAIT.max(self.round_trip)).await;
         }
     }
 }
 
 impl<K: Kind> Drop for Cleanup<K> {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let undo = self.kind.clone().undo(std::mem::take(&mut self.nonce));
-        crate::blocking::spawn_handle(self.kind.store().runtime()).spawn(undo);
+        self.spawn();
     }
 }
 
@@ -396,11 +440,7 @@ async fn acquire_observed<K: Kind>(
         WaitStrategy::Notify if patience.waits() => kind.channel().map(str::to_owned),
         _ => None,
     };
-    let ticket = Ticket {
-        waiters,
-        name,
-        queue: waiters.queue(name),
-    };
+    let ticket = waiters.ticket(name);
     let mut watch = None;
     let _turn = match ticket.queue.try_lock() {
         Ok(turn) => turn,
@@ -447,6 +487,7 @@ async fn acquire_observed<K: Kind>(
         kind: kind.clone(),
         nonce: crate::lease::nonce(),
         armed: false,
+        round_trip: Duration::ZERO,
     };
     let mut transient = Transient::new();
     // Whether this acquire is done waiting for its subscription: a waiter waits for it from its
@@ -518,6 +559,9 @@ async fn acquire_observed<K: Kind>(
             }
             None => attempt.await,
         };
+        if answer.is_ok() {
+            cleanup.round_trip = cleanup.round_trip.max(sent.elapsed());
+        }
         first_attempt = None;
         let remaining = match answer {
             Ok(Attempt::Acquired(held)) => {
@@ -586,10 +630,7 @@ async fn acquire_observed<K: Kind>(
         observed.woke(woken_by_notification);
         if woken_by_notification && let (Some(w), Some(cursor)) = (&watch, cursor) {
             // A one-hop handoff: the release told us the lock is ours; no attempt needed.
-            let granted = w
-                .messages_after(cursor)
-                .iter()
-                .find_map(|message| kind.granted(&cleanup.nonce, message, sent));
+            let granted = kind.granted(&cleanup.nonce, &w.messages_after(cursor), sent);
             if let Some(held) = granted {
                 cleanup.armed = false;
                 return Ok(Some(held));
@@ -601,6 +642,8 @@ async fn acquire_observed<K: Kind>(
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
+
+    use parking_lot::Mutex;
 
     use super::*;
     use crate::error::{Error, ErrorKind};
@@ -626,6 +669,8 @@ mod tests {
         attempts: Arc<Mutex<Vec<String>>>,
         undone: Arc<Mutex<Vec<String>>>,
         trace: bool,
+        /// How long an undo takes (a server that stopped answering: its retries).
+        undo_takes: Duration,
     }
 
     impl Fake {
@@ -636,6 +681,7 @@ mod tests {
                 attempts: Arc::default(),
                 undone: Arc::default(),
                 trace: false,
+                undo_takes: Duration::ZERO,
             }
         }
 
@@ -680,6 +726,7 @@ mod tests {
         }
 
         async fn undo(self, nonce: String) {
+            tokio::time::sleep(self.undo_takes).await;
             self.undone.lock().push(nonce);
         }
 
@@ -766,6 +813,38 @@ mod tests {
         assert_eq!(kind.undone(), vec![attempts[0].clone()]);
     }
 
+    /// The undo of a waiter that gives up belongs to a task of its own: when the server stops
+    /// answering, its retries (up to the waiter lease or the lease for a fair waiter or a
+    /// semaphore) never hold the caller up past its patience and one round trip.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_giving_up_returns_in_time_while_its_undo_goes_on() {
+        let mut kind = Fake::new(&[]);
+        kind.trace = true;
+        kind.undo_takes = Duration::from_secs(30);
+        let patience = Duration::from_millis(300);
+        let started = Instant::now();
+        assert_eq!(run(&kind, Patience::within(patience)).await.unwrap(), None);
+        let took = started.elapsed();
+        assert!(took <= patience + CLEANUP_WAIT, "took {took:?}");
+        assert!(kind.undone().is_empty(), "still undoing");
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert_eq!(kind.undone(), kind.attempts(), "the undo ran to its end");
+    }
+
+    /// A caller that drops the call while it waits for its undo does not abandon the undo.
+    #[tokio::test(start_paused = true)]
+    async fn dropping_a_call_that_is_giving_up_leaves_its_undo_running() {
+        let mut kind = Fake::new(&[]);
+        kind.trace = true;
+        kind.undo_takes = Duration::from_secs(1);
+        let patience = Duration::from_millis(300);
+        let cut = patience + CLEANUP_WAIT / 2;
+        let call = tokio::time::timeout(cut, run(&kind, Patience::within(patience)));
+        assert!(call.await.is_err(), "dropped while undoing");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(kind.undone(), kind.attempts());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_refusal_that_leaves_nothing_is_not_undone() {
         let kind = Fake::new(&[]);
@@ -819,20 +898,5 @@ mod tests {
         for task in queued {
             task.abort();
         }
-    }
-
-    #[test]
-    fn the_drift_rule_is_one_percent_and_two_milliseconds() {
-        let sent = Instant::now();
-        let ttl = Duration::from_secs(10);
-        assert_eq!(
-            local_deadline(sent, ttl),
-            sent + ttl - Duration::from_millis(102)
-        );
-        assert_eq!(
-            local_deadline(sent, Duration::from_millis(1)),
-            sent,
-            "never before it was sent"
-        );
     }
 }

@@ -23,7 +23,9 @@ pub enum ErrorKind {
     LeaseLost,
     /// The caller tried to release or renew a lock it does not hold.
     NotOwner,
-    /// The caller's input was rejected before anything was sent (empty key, zero TTL, ...).
+    /// The caller's input was rejected before anything was sent (empty key, zero TTL, ...), or
+    /// refused by the server before anything was written (a semaphore limit other than the
+    /// one the semaphore stores).
     InvalidInput,
     /// The key holds a value that is not one of this library's locks (another Redis type, or a
     /// string of the user's). Nothing was changed.
@@ -96,7 +98,7 @@ impl Error {
         self.kind == ErrorKind::LeaseLost
     }
 
-    /// The input was rejected before anything was sent.
+    /// The input was rejected, and nothing was written.
     pub fn is_invalid_input(&self) -> bool {
         self.kind == ErrorKind::InvalidInput
     }
@@ -151,14 +153,22 @@ impl Error {
     /// An error reply from a command: the reply's code (`WRONGTYPE`, `NOTLOCK`, `ERR`, ...)
     /// decides the kind, as it does for a real server's reply.
     pub fn from_reply(code: &str, detail: &str) -> Self {
-        let kind = match code {
-            "WRONGTYPE" | "NOTLOCK" => ErrorKind::WrongType,
-            _ => ErrorKind::Server,
-        };
+        let kind = kind_of_code(code);
         Error {
             code: Some(code.to_owned()),
             ..Error::new(kind, format!("{code} {detail}").trim_end().to_owned())
         }
+    }
+}
+
+/// The kind of an error reply by its code: a key holding data that is not ours (`WRONGTYPE`,
+/// `NOTLOCK`); a caller's argument the server refused without writing anything (`LIMIT`: a
+/// semaphore stores another limit); anything else is the server's.
+fn kind_of_code(code: &str) -> ErrorKind {
+    match code {
+        "WRONGTYPE" | "NOTLOCK" => ErrorKind::WrongType,
+        "LIMIT" => ErrorKind::InvalidInput,
+        _ => ErrorKind::Server,
     }
 }
 
@@ -179,10 +189,7 @@ impl From<redis::RedisError> for Error {
         {
             ErrorKind::Connection
         } else {
-            match err.code() {
-                Some("WRONGTYPE") | Some("NOTLOCK") => ErrorKind::WrongType,
-                _ => ErrorKind::Server,
-            }
+            err.code().map_or(ErrorKind::Server, kind_of_code)
         };
         let code = err.code().map(str::to_owned);
         let message = match (err.code(), err.detail()) {
@@ -242,6 +249,10 @@ mod tests {
             ErrorKind::WrongType
         );
         assert_eq!(Error::from_reply("ERR", "x").kind(), ErrorKind::Server);
+        assert_eq!(
+            Error::from_reply("LIMIT", "x").kind(),
+            ErrorKind::InvalidInput
+        );
     }
 
     #[test]

@@ -587,11 +587,13 @@ impl<S: Store> ExpireLock<S> {
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         let keys = self.keys(name)?;
         // Never repeated (see above): the one script that deletes whoever holds the lock.
+        // With the fair mode's grant record: a grant not confirmed yet is revoked (see `fair`).
+        let grant = keys.grant();
         let reply = self
             .store
             .eval(
                 &FORCE_UNLOCK,
-                &[keys.lock],
+                &[keys.lock, grant],
                 &[keys.channel, self.publish_command()],
             )
             .await?;

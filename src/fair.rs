@@ -32,7 +32,16 @@
 //! | message on the wake channel | meaning |
 //! |---|---|
 //! | `granted:<grant ms>:<lease>` | the lock was granted as `<lease>` (`tl1:<expiry ms>:<fence>:<nonce>`, the nonce the waiter's attempts sent) for `<grant ms>` ms from the release |
+//! | `revoked:<lease>` | a [force unlock](ExpireLock::force_unlock) deleted that grant before its waiter confirmed it: a waiter that reads the grant only now does not take it |
 //! | anything else | a wake-up: attempt again |
+//! - **A grant and a force unlock**: each grant is recorded in `<lock key>:fairg` (a string:
+//!   `<nonce>:<wake channel>`, for as long as the grant lasts), so that a force unlock of a
+//!   grant not confirmed yet revokes it on its waiter's wake channel in the same step. Messages
+//!   on one channel arrive in order: a waiter that reads the grant after the force unlock reads
+//!   the revocation with it, and attempts again instead.
+//! - **A waiter leaving a free lock**: when the first live waiter leaves while the lock is free
+//!   (a plain release, or an expiry, freed it: no release is coming to hand it on), the next
+//!   live waiter is woken on its wake channel, and takes the lock with its next attempt.
 //! - **Leaving**: a waiter that times out or is cancelled leaves the queue, and releases (and
 //!   hands on) a grant it may have received meanwhile.
 //! - **Mixing fair and plain clients on one lock**: exclusion holds regardless — every client
@@ -71,6 +80,23 @@ impl<S: Store> ExpireLock<S> {
         Ok([keys.lock, keys.fence, queue, waiters])
     }
 
+    /// This client's wake channel for the fair waiters of `name` (`<release channel>:w:<client
+    /// id>`, one per client and lock): a release that grants the lock to one of this client's
+    /// waiters announces it there. For code that drives [`fair_attempt`](Self::fair_attempt)
+    /// itself: listen here (subscribed *before* the attempt) and attempt again on a message,
+    /// rather than only at the end of a polling interval, as the waiting calls do.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name.
+    pub fn fair_wake_channel(&self, name: &str) -> Result<String> {
+        Ok(format!(
+            "{}:w:{}",
+            self.keys(name)?.channel,
+            self.local.id()
+        ))
+    }
+
     /// Fair release of `lease`: deleted, and granted to the next live waiter in the same step.
     pub(crate) async fn fair_unlock(&self, name: &str, lease: &Lease) -> Result<Unlock> {
         let reply = self.fair_unlock_by(name, lease.value(), "lease").await?;
@@ -90,8 +116,9 @@ impl<S: Store> ExpireLock<S> {
     ///
     /// # Errors
     ///
-    /// Invalid name or TTL; a key holds data that is not ours (nothing is written); store
-    /// errors.
+    /// Invalid name or TTL, or a nonce that is not hex digits (it becomes the lease's nonce:
+    /// use [`new_nonce`](crate::new_nonce)): [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), nothing sent; a key holds data that is not ours (nothing is
+    /// written); store errors.
     ///
     /// # Cancel safety
     ///
@@ -116,8 +143,9 @@ impl<S: Store> ExpireLock<S> {
         nonce: &str,
         queue: bool,
     ) -> Result<(FairAttempt, u64)> {
+        crate::lease::check_nonce(nonce, "a fair waiter's nonce")?;
         let keys = self.fair_keys(name)?;
-        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        let wake = self.fair_wake_channel(name)?;
         let args = [
             ttl_ms(ttl)?.to_string(),
             nonce.to_owned(),
@@ -163,6 +191,7 @@ impl<S: Store> ExpireLock<S> {
     /// Dropping it may or may not have left; the waiter lease ends the place (and a grant) in
     /// any case.
     pub async fn fair_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
+        crate::lease::check_nonce(nonce, "a fair waiter's nonce")?;
         Ok(match self.fair_unlock_by(name, nonce, "nonce").await? {
             1 => Unlock::Released,
             0 => Unlock::HeldByOther,
@@ -172,7 +201,9 @@ impl<S: Store> ExpireLock<S> {
 
     /// [`FAIR_UNLOCK`] by lease value or by nonce (`by`); the `released` part of its reply.
     async fn fair_unlock_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
-        let keys = self.fair_keys(name)?;
+        let [lock, fence, queue, waiters] = self.fair_keys(name)?;
+        let grant = self.keys(name)?.grant();
+        let keys = [lock, fence, queue, waiters, grant];
         let channel = self.keys(name)?.channel;
         let args = [
             what.to_owned(),
@@ -198,7 +229,7 @@ impl<S: Store> ExpireLock<S> {
         one_hop: bool,
     ) -> Result<Step<S>> {
         ttl_ms(ttl)?;
-        let wake = format!("{}:w:{}", self.keys(name)?.channel, self.local.id());
+        let wake = self.fair_wake_channel(name)?;
         Ok(Step {
             locks: self.clone(),
             name: name.into(),
@@ -210,6 +241,10 @@ impl<S: Store> ExpireLock<S> {
         })
     }
 }
+
+/// The prefix of a revocation on a wake channel: `revoked:<lease>`, a grant deleted by a force
+/// unlock.
+const REVOKED: &str = "revoked:";
 
 /// A grant announced on a wake channel: `granted:<grant ms>:<lease>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,14 +340,23 @@ impl<S: Store> Kind for Step<S> {
         })
     }
 
-    fn granted(&self, nonce: &str, message: &str, sent: Instant) -> Option<Lease> {
+    fn granted(&self, nonce: &str, messages: &[Arc<str>], sent: Instant) -> Option<Lease> {
         if !self.one_hop {
             return None;
         }
-        let grant = Grant::parse(message)?;
         // Ours, and made after our last attempt ran (so after it was sent): not a grant to
         // another acquisition sharing the wake channel, nor a stale one that may have lapsed.
-        if grant.lease.nonce() != nonce || grant.lease.fence() <= self.mark.load(Ordering::SeqCst) {
+        let mark = self.mark.load(Ordering::SeqCst);
+        let (at, grant) = messages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, message)| Some((i, Grant::parse(message)?)))
+            .rfind(|(_, grant)| grant.lease.nonce() == nonce && grant.lease.fence() > mark)?;
+        // Not revoked since: a force unlock deleted the grant before we read it (the lock may
+        // be someone else's by now).
+        let revoked =
+            |message: &Arc<str>| message.strip_prefix(REVOKED) == Some(grant.lease.value());
+        if messages[at + 1..].iter().any(revoked) {
             return None;
         }
         // The grant was made after `sent` and lasted `length` from then: dated as every lease.
@@ -421,19 +465,30 @@ mod tests {
         }
     }
 
+    fn messages(messages: &[&str]) -> Vec<Arc<str>> {
+        messages.iter().map(|m| Arc::from(*m)).collect()
+    }
+
+    fn one(message: &str) -> Vec<Arc<str>> {
+        messages(&[message])
+    }
+
     #[tokio::test]
     async fn only_a_grant_to_this_nonce_made_after_its_last_attempt_hands_over() {
         let step = step();
         let sent = Instant::now();
         // Before any busy answer, nothing is trusted.
         step.mark.store(u64::MAX, Ordering::SeqCst);
-        assert!(step.granted(NONCE, &grant(50, NONCE), sent).is_none());
+        assert!(step.granted(NONCE, &one(&grant(50, NONCE)), sent).is_none());
         step.mark.store(42, Ordering::SeqCst);
         // Another nonce's grant; a grant no newer than the mark (it may have lapsed since).
-        assert!(step.granted(NONCE, &grant(50, "00aa"), sent).is_none());
-        assert!(step.granted(NONCE, &grant(42, NONCE), sent).is_none());
-        assert!(step.granted(NONCE, "released", sent).is_none());
-        let lease = step.granted(NONCE, &grant(43, NONCE), sent).unwrap();
+        assert!(
+            step.granted(NONCE, &one(&grant(50, "00aa")), sent)
+                .is_none()
+        );
+        assert!(step.granted(NONCE, &one(&grant(42, NONCE)), sent).is_none());
+        assert!(step.granted(NONCE, &one("released"), sent).is_none());
+        let lease = step.granted(NONCE, &one(&grant(43, NONCE)), sent).unwrap();
         assert!(lease.is_unconfirmed());
         assert_eq!(
             lease.deadline(),
@@ -444,7 +499,44 @@ mod tests {
         );
         // Read too late: its deadline has passed.
         let long_ago = Instant::now() - Duration::from_secs(3);
-        assert!(step.granted(NONCE, &grant(43, NONCE), long_ago).is_none());
+        assert!(
+            step.granted(NONCE, &one(&grant(43, NONCE)), long_ago)
+                .is_none()
+        );
+        // Among other messages.
+        let mixed = messages(&[
+            "released",
+            &grant(50, "00aa"),
+            &grant(43, NONCE),
+            "released",
+        ]);
+        assert_eq!(step.granted(NONCE, &mixed, sent).unwrap().fence(), 43);
+    }
+
+    #[tokio::test]
+    async fn a_grant_revoked_by_a_force_unlock_before_it_was_read_does_not_hand_over() {
+        let step = step();
+        let sent = Instant::now();
+        step.mark.store(42, Ordering::SeqCst);
+        let granted = grant(43, NONCE);
+        let lease = granted
+            .split_once(':')
+            .unwrap()
+            .1
+            .split_once(':')
+            .unwrap()
+            .1;
+        let revoked = format!("revoked:{lease}");
+        assert!(
+            step.granted(NONCE, &messages(&[&granted, &revoked]), sent)
+                .is_none()
+        );
+        // The revocation of another grant takes nothing back.
+        let other = "revoked:tl1:1700000002000:43:00aa";
+        assert!(
+            step.granted(NONCE, &messages(&[&granted, other]), sent)
+                .is_some()
+        );
     }
 
     #[tokio::test]
@@ -455,7 +547,7 @@ mod tests {
             .unwrap();
         step.mark.store(42, Ordering::SeqCst);
         assert!(
-            step.granted(NONCE, &grant(43, NONCE), Instant::now())
+            step.granted(NONCE, &one(&grant(43, NONCE)), Instant::now())
                 .is_none()
         );
     }

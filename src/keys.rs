@@ -97,6 +97,35 @@ impl Keyspace {
     }
 }
 
+/// A companion key of a raw lock key `key` — a key exactly as another library or old code
+/// names it, with no prefix and no hash tag imposed — that lands in `key`'s Redis Cluster slot,
+/// so the two can be read and written in one script: `{key}<suffix>` for a key without a hash
+/// tag (Redis hashes the whole key, and `{key}` makes the companion hash exactly `key`),
+/// `key<suffix>` for one that has a tag.
+///
+/// ```
+/// use tairlock::keys::companion_key;
+///
+/// assert_eq!(companion_key("lock.orderid", ":fence"), "{lock.orderid}:fence");
+/// assert_eq!(companion_key("locks:{order}:7", ":fence"), "locks:{order}:7:fence");
+/// ```
+///
+/// A key without a valid tag that contains `}` (e.g. `a}b`, `x{}y`) cannot be wrapped without
+/// changing its slot; its companion is `key<suffix>`, which is correct on a single server but
+/// lands in another slot on a Redis Cluster (where a script declaring both fails with
+/// `CROSSSLOT`).
+pub fn companion_key(key: &str, suffix: &str) -> String {
+    if hash_tag(key) != key {
+        return format!("{key}{suffix}");
+    }
+    let wrapped = format!("{{{key}}}{suffix}");
+    if hash_tag(&wrapped) == key {
+        wrapped
+    } else {
+        format!("{key}{suffix}")
+    }
+}
+
 /// The keys of one expire lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -114,6 +143,12 @@ impl LockKeys {
     pub fn both(&self) -> [String; 2] {
         [self.lock.clone(), self.fence.clone()]
     }
+
+    /// The fair mode's record of a grant not confirmed yet (`<nonce>:<wake channel>`), which a
+    /// force unlock reads to revoke that grant (see [`fair`](crate::fair)).
+    pub(crate) fn grant(&self) -> String {
+        format!("{}:fairg", self.lock)
+    }
 }
 
 #[cfg(test)]
@@ -127,6 +162,16 @@ mod tests {
         assert_eq!(keys.fence, "tairlock:{orders:42}:fence");
         assert_eq!(hash_tag(&keys.lock), "orders:42");
         assert_eq!(hash_tag(&keys.fence), "orders:42");
+    }
+
+    #[test]
+    fn companion_keys_share_the_raw_keys_slot() {
+        for key in ["lock.orderid", "a{b", "locks:{order}:7", "x", "mutex:jobs"] {
+            let companion = companion_key(key, ":fence");
+            assert_eq!(hash_tag(&companion), hash_tag(key), "{key}");
+            assert!(companion.ends_with(":fence"), "{companion}");
+        }
+        assert_eq!(companion_key("a}b", ":released"), "a}b:released");
     }
 
     #[test]

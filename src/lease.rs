@@ -150,6 +150,18 @@ pub(crate) fn nonce() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// A caller-chosen nonce becomes a lease's last field (and a queue member), which the lease
+/// format carries only as hex digits ([`Lease::parse`]): anything else is refused before it is
+/// sent, naming `what` it is.
+pub(crate) fn check_nonce(nonce: &str, what: &str) -> crate::Result<()> {
+    if nonce.is_empty() || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(crate::Error::invalid(format!(
+            "{what} must be hex digits (as `new_nonce` makes), not {nonce:?}"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,7 @@
 //! | at most N holders | [`Semaphore`] |
 //! | several locks as one, without deadlock | [`ExpireLock::lock_many`] → [`MultiGuard`] ([`multi`]) |
 //! | a lock that survives a master failover | [`ReplicatedLock`] (replica acknowledgements) or [`Redlock`] (a majority of masters) |
+//! | one lock shared with a Python or Node service (redis-py's `Lock`, node `redlock`, `redis-semaphore`) | [`TokenLock`] ([`token`]): their key and wire format |
 //! | tests without a server | [`MemoryStore`]: every lock kind, in process |
 //!
 //! # Quick start
@@ -159,6 +160,7 @@ pub mod semaphore;
 pub mod slot;
 pub mod store;
 mod sync;
+pub mod token;
 pub mod wait;
 
 pub use crate::error::{Error, ErrorKind, Result};
@@ -181,6 +183,9 @@ pub use crate::semaphore::{PermitGuard, Semaphore, SemaphoreOptions};
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub use crate::store::ClusterStore;
 pub use crate::store::{MemoryStore, RedisStore, ReplicaStore, Store, Ttl};
+pub use crate::token::{
+    TokenAttempt, TokenGuard, TokenHolding, TokenInspection, TokenLock, TokenOptions, TokenRenew,
+};
 pub use crate::wait::WaitStrategy;
 
 // The README's and the guide's examples are doc tests of this crate, so they compile with every

@@ -37,7 +37,7 @@ use crate::deadline::Remaining;
 use crate::engine::{self, Attempt, Kind, Patience};
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::{ExpireLock, Renew, Unlock, busy_remaining, lease_at};
-use crate::guard::{Liveness, Renewal};
+use crate::guard::{Liveness, Renewal, RenewalAttempt};
 use crate::keys::key_slot;
 use crate::lease::Lease;
 use crate::script::Reply;
@@ -52,6 +52,9 @@ struct Held<S: Store> {
     names: Vec<String>,
     ttl: Duration,
     leases: Mutex<Vec<Lease>>,
+    /// The lease of the next name while [`push`](Self::push) waits to add it: a rollback that
+    /// runs meanwhile (the acquisition was cancelled there) releases it too.
+    staged: Mutex<Option<Lease>>,
     live: Liveness,
 }
 
@@ -62,6 +65,7 @@ impl<S: Store> Held<S> {
             names,
             ttl,
             leases: Mutex::new(Vec::new()),
+            staged: Mutex::new(None),
             live: Liveness::new(None),
         }
     }
@@ -70,12 +74,15 @@ impl<S: Store> Held<S> {
         self.leases.lock().clone()
     }
 
-    /// Add the lease of the next name; start the watchdog with the first.
+    /// Add the lease of the next name; start the watchdog with the first. The lease is staged
+    /// before anything is awaited, so an acquisition cancelled while this waits for a renewal
+    /// in flight still has it released by its rollback.
     async fn push(self: &Arc<Self>, lease: Lease) {
+        *self.staged.lock() = Some(lease);
         let _in_flight = self.live.renewing().await;
         let first = {
             let mut leases = self.leases.lock();
-            leases.push(lease);
+            leases.extend(self.staged.lock().take());
             self.live.set_deadline(earliest_deadline(&leases));
             leases.len() == 1
         };
@@ -128,10 +135,11 @@ impl<S: Store> Held<S> {
             }
         }
         // One renewal for all: it stays pending (repeated with its nonce) while any lock's
-        // outcome is unknown.
+        // outcome is unknown, also when another lock is lost: the unanswered one may hold the
+        // renewed lease now, and the release must learn it to delete it.
         let settled: Result<()> = match unanswered {
-            Some(e) if !lost => Err(e),
-            _ => Ok(()),
+            Some(e) => Err(e),
+            None => Ok(()),
         };
         self.live.renewal_outcome(&settled);
         if lost {
@@ -144,19 +152,23 @@ impl<S: Store> Held<S> {
         (attempt.ttl, self.live.renewed(deadline), None)
     }
 
-    /// Stop the watchdog, settle a renewal whose reply was lost, then release every lease.
+    /// Stop the watchdog, settle a renewal whose reply was lost, then release every lease (and
+    /// one [staged](Self::push) by a cancelled acquisition). A lock whose renewal is still
+    /// unknown is released by whichever of its two leases it holds.
     async fn release(&self) -> Result<Vec<Unlock>> {
         self.live.stop_watchdog().await;
-        if let Some(attempt) = self.live.pending_renewal() {
+        let pending = self.live.pending_renewal();
+        if let Some(attempt) = &pending {
             let _in_flight = self.live.renewing().await;
             let _ = self.renew(attempt.ttl).await;
         }
-        let leases = self.leases();
+        let mut leases = self.leases();
+        leases.extend(self.staged.lock().take());
         let outcomes = join_all(
             leases
                 .iter()
                 .zip(&self.names)
-                .map(|(lease, name)| release_one(&self.locks, name, lease)),
+                .map(|(lease, name)| release_either(&self.locks, name, lease, pending.as_ref())),
         )
         .await;
         self.live.mark_lost();
@@ -182,6 +194,25 @@ async fn release_one<S: Store>(locks: &ExpireLock<S>, name: &str, lease: &Lease)
     }
 }
 
+/// Release `lease` of `name`, or, when the lock holds another lease and a renewal (`pending`)
+/// may have rotated ours without its reply coming, the lease that renewal made: a repeat of it
+/// (same nonce) returns that lease if it is in place, and changes nothing otherwise.
+async fn release_either<S: Store>(
+    locks: &ExpireLock<S>,
+    name: &str,
+    lease: &Lease,
+    pending: Option<&RenewalAttempt>,
+) -> Result<Unlock> {
+    let outcome = release_one(locks, name, lease).await;
+    let (Ok(Unlock::HeldByOther), Some(attempt)) = (&outcome, pending) else {
+        return outcome;
+    };
+    match locks.renew_attempt(name, lease, attempt).await {
+        Ok(Renew::Renewed(renewed)) => release_one(locks, name, &renewed).await,
+        _ => outcome,
+    }
+}
+
 async fn watchdog<S: Store>(held: Arc<Held<S>>) {
     let held = &held;
     held.live
@@ -194,26 +225,33 @@ async fn watchdog<S: Store>(held: Arc<Held<S>>) {
         .await;
 }
 
-/// Releases in the background whatever a cancelled (or failed) acquisition took.
+/// Releases whatever a cancelled (or failed) acquisition took, as a task of its own on the
+/// store's runtime: dropping the acquisition never abandons it, and its retries never hold the
+/// caller up past one round trip.
 struct Rollback<S: Store> {
     held: Option<Arc<Held<S>>>,
 }
 
 impl<S: Store> Rollback<S> {
+    /// Roll back now: start the release and wait for it at most one round trip.
     async fn now(mut self) {
-        if let Some(held) = self.held.take() {
-            let _ = held.release().await;
+        if let Some(release) = self.spawn() {
+            engine::settle_cleanup(release, engine::CLEANUP_WAIT).await;
         }
+    }
+
+    fn spawn(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        let held = self.held.take()?;
+        let runtime = held.locks.store().runtime();
+        Some(engine::spawn_cleanup(runtime, async move {
+            let _ = held.release().await;
+        }))
     }
 }
 
 impl<S: Store> Drop for Rollback<S> {
     fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            crate::blocking::spawn_handle(held.locks.store().runtime()).spawn(async move {
-                let _ = held.release().await;
-            });
-        }
+        self.spawn();
     }
 }
 

@@ -3,8 +3,8 @@
 //! - `ReentrantLock`: `try_lock_as`, `try_lock_for_as`, `lock_with_lease_as` (and their
 //!   thread-keyed blocking twins) re-enter without a round trip and otherwise behave like the
 //!   expire lock's; `held_depth(owner, name)` counts an owner's holds.
-//! - `is_locked(name)` on every kind: expire lock, reentrant, replicated, RwLock, Redlock, the three
-//!   legacy kinds (and the detected one); a key holding user data is an error.
+//! - `is_locked(name)` on every kind: expire lock, reentrant, replicated, RwLock, Redlock, the token
+//!   lock, the three legacy kinds (and the detected one); a key holding user data is an error.
 //! - A few blocking twins from a plain thread: `blocking_try_lock`, `blocking_with_lock`,
 //!   `blocking_lock_with_lease`, `blocking_renew`, the multi-lock's, `blocking_is_locked`.
 //! - The RwLock's single steps and the two-step recipe's, through their blocking twins.
@@ -184,6 +184,27 @@ async fn is_locked_on_every_lock_kind() {
     server.cli(&["SET", "legacy:2", "1"]);
     assert!(!scripted.is_locked("legacy:2").await.unwrap());
     assert!(!getset.is_locked("legacy:2").await.unwrap());
+
+    // A token lock, ours or a foreign client's (any string under the key is somebody's token).
+    let token = tairlock::TokenLock::new(store.clone());
+    assert!(!token.is_locked("py:lock").await.unwrap());
+    let guard = token.lock("py:lock").await.unwrap();
+    assert!(token.is_locked("py:lock").await.unwrap());
+    guard.release().await.unwrap();
+    assert!(!token.is_locked("py:lock").await.unwrap());
+    server.cli(&[
+        "SET",
+        "py:lock",
+        "6f1c1b0e9a6d11ee8c900242ac120002",
+        "PX",
+        "30000",
+    ]);
+    assert!(token.is_locked("py:lock").await.unwrap());
+    server.cli(&["HSET", "py:hash", "f", "v"]);
+    assert_eq!(
+        token.is_locked("py:hash").await.unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
 
     // User data: an error, and the data stays.
     server.cli(&["SET", "tairlock:{user}", "not a lease"]);

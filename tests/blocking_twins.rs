@@ -18,6 +18,7 @@ const NO_TWIN: &[(&str, &str, &str)] = &[
     ("MultiGuard", "lost", "blocking code polls is_lost()"),
     ("ReplicatedGuard", "lost", "blocking code polls is_lost()"),
     ("PermitGuard", "lost", "blocking code polls is_lost()"),
+    ("TokenGuard", "lost", "blocking code polls is_lost()"),
     (
         "(macro)",
         "lost",

@@ -9,8 +9,11 @@
 //!   lease), and every critical section writes to a fenced resource (one per lock: it accepts a
 //!   token no lower than the highest it accepted, and refuses the rest).
 //! - Nemesis: every few hundred ms one fault from the proxy (latency, dropped replies, resets,
-//!   black holes, stalled new connections) or the server (`DEBUG SLEEP`, `CLIENT KILL TYPE
-//!   normal`, `CLIENT PAUSE`), and one server restart (no persistence: every lock is erased).
+//!   black holes, stalled new connections, an acquire-reply outage: every reply to an acquire
+//!   script dropped, though the server ran it, for longer than the retries, then healed, so
+//!   waiting calls repeat their attempts with the same nonce) or the server (`DEBUG SLEEP`,
+//!   `CLIENT KILL TYPE normal`, `CLIENT PAUSE`), and one server restart (no persistence: every
+//!   lock is erased).
 //! - A monitor polls the locks' keys directly (not through the proxy) every 50 ms.
 //!
 //! Checked at the end, and printed as a table:
@@ -28,6 +31,13 @@
 //! 5. false loss: a watchdog guard that reported its lease lost while its local deadline (of
 //!    the last acknowledged grant or renewal) was still ahead and the server still held the
 //!    lease: neither a definite answer nor the deadline made it lost.
+//! 6. late deadlines: at every grant and renewal a client accepts, its local deadline must not
+//!    be later than the end of that lease on the server. Each client's store is audited
+//!    ([`support::deadline_audit`]): right after the server answers a grant or a renewal, the
+//!    audit reads the lease on a direct connection and bounds its end from above on the local
+//!    clock; the client holds its guard's deadline against that bound at the grant and at every
+//!    check while it holds (each follows the last renewal). A restart between the read and the
+//!    check excuses it (the lease was erased, not misdated).
 //!
 //! `TAIRLOCK_CHAOS_SECS` (default 30) and `TAIRLOCK_CHAOS_SEED` (default 12) choose the run; a
 //! failure prints the seed and the event log.
@@ -43,9 +53,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::RedisServer;
+use support::deadline_audit::{Audited, DeadlineAudit};
 use support::proxy::{Proxy, Which};
 use tairlock::store::redis::RedisOptions;
-use tairlock::{ExpireLock, Options, RedisStore};
+use tairlock::{ExpireLock, Options, RedisStore, Script};
 use tairlock_legacy::{ScriptedLock, Unit};
 use tairlock_rwlock::RwLock;
 
@@ -60,6 +71,13 @@ const ORPHAN_SLACK: Duration = Duration::from_millis(2500);
 /// A guard that reports its lease lost with more than this left before its local deadline,
 /// while the server still holds the lease, reported a false loss.
 const FALSE_LOSS_MARGIN: Duration = Duration::from_millis(100);
+/// The scripts that grant a lock, whose replies an acquire-reply outage drops.
+static ACQUIRES: [&Script; 4] = [
+    &tairlock::scripts::EXPIRE_LOCK,
+    &tairlock_rwlock::scripts::READ_ACQUIRE,
+    &tairlock_rwlock::scripts::WRITE_ACQUIRE,
+    &tairlock_legacy::scripts::ACQUIRE,
+];
 const EXP: &str = "exp";
 const RW: &str = "rw";
 const LEGACY: &str = "legacy.lock";
@@ -147,6 +165,7 @@ struct Log {
     errors: u64,
     patience_violations: Vec<String>,
     false_losses: Vec<String>,
+    late_deadlines: Vec<String>,
     /// Monitor polls: time, lock, the marks of the holds the server holds.
     polls: Vec<(Instant, &'static str, BTreeSet<String>)>,
 }
@@ -240,9 +259,10 @@ impl Shared {
 
 /// A guard of any kind, behind one interface.
 enum Guard {
-    Exp(tairlock::LockGuard<RedisStore>),
-    Write(tairlock_rwlock::WriteGuard<RedisStore>),
-    Read(tairlock_rwlock::ReadGuard<RedisStore>),
+    Exp(tairlock::LockGuard<Audited>),
+    Write(tairlock_rwlock::WriteGuard<Audited>),
+    /// A read guard, and its reader's nonce (the deadline audit saw the server admit it).
+    Read(tairlock_rwlock::ReadGuard<Audited>, Option<String>),
     Legacy(tairlock_legacy::Holding),
 }
 
@@ -253,7 +273,7 @@ impl Guard {
         match self {
             Guard::Exp(g) => g.lease().remaining(),
             Guard::Write(g) => g.lease().and_then(|l| l.remaining()),
-            Guard::Read(_) | Guard::Legacy(_) => None,
+            Guard::Read(..) | Guard::Legacy(_) => None,
         }
     }
 
@@ -261,17 +281,37 @@ impl Guard {
         match self {
             Guard::Exp(g) => !g.is_lost(),
             Guard::Write(g) => !g.is_lost(),
-            Guard::Read(g) => !g.is_lost(),
+            Guard::Read(g, _) => !g.is_lost(),
             Guard::Legacy(h) => tokio::time::Instant::now() < h.deadline(),
+        }
+    }
+
+    /// The lease as the deadline audit knows it (its value, or a reader's nonce), and the
+    /// guard's local deadline for it, read through the guards' public accessors.
+    fn audited_deadline(&self) -> Option<(String, tokio::time::Instant)> {
+        match self {
+            Guard::Exp(g) => {
+                let lease = g.lease();
+                Some((lease.value().to_owned(), lease.deadline()?))
+            }
+            Guard::Write(g) => {
+                let lease = g.lease()?;
+                Some((lease.value().to_owned(), lease.deadline()?))
+            }
+            Guard::Read(g, nonce) => Some((nonce.clone()?, g.deadline()?)),
+            Guard::Legacy(h) => Some((h.value().to_string(), h.deadline())),
         }
     }
 }
 
 struct Client {
     id: usize,
-    locks: ExpireLock<RedisStore>,
-    rw: RwLock<RedisStore>,
-    legacy_store: RedisStore,
+    locks: ExpireLock<Audited>,
+    rw: RwLock<Audited>,
+    legacy_store: Audited,
+    audit: DeadlineAudit,
+    /// Leases whose late deadline was reported (once each).
+    late: BTreeSet<String>,
     direct: RedisStore,
     log: Shared,
     rng: StdRng,
@@ -332,7 +372,11 @@ impl Client {
                 .await?
                 .map(Guard::Exp),
             Kind::RwWrite => self.rw.try_write_for(RW, patience).await?.map(Guard::Write),
-            Kind::RwRead => self.rw.try_read_for(RW, patience).await?.map(Guard::Read),
+            Kind::RwRead => {
+                let _ = self.audit.take_last_reader();
+                let guard = self.rw.try_read_for(RW, patience).await?;
+                guard.map(|g| Guard::Read(g, self.audit.take_last_reader()))
+            }
             Kind::Legacy => {
                 let options = tairlock_legacy::Options::default()
                     .unit(Unit::Millis)
@@ -350,7 +394,7 @@ impl Client {
             Guard::Write(g) => (Some(g.fence()), g.fence().to_string()),
             // A read guard does not tell its nonce: reads are checked for overlap, and for
             // orphans only at the end (every lock free once everyone stopped).
-            Guard::Read(_) => (None, String::new()),
+            Guard::Read(..) => (None, String::new()),
             Guard::Legacy(h) => (
                 h.fence(),
                 format!("{}/{}", h.value(), h.fence().unwrap_or(0)),
@@ -361,6 +405,8 @@ impl Client {
     async fn hold(&mut self, kind: Kind, guard: Guard) {
         let (token, mark) = Self::mark_of(&guard);
         let hold = self.log.begin(self.id, kind, token, mark.clone());
+        let granted = guard.audited_deadline().map(|(_, d)| d);
+        self.check_deadline(kind, &guard, granted, hold);
         // The first write at once: a later holder fences off an earlier one from its first write.
         self.log.write(hold);
         let longest = match guard {
@@ -376,6 +422,7 @@ impl Client {
                 lost = Some(guard.deadline_left());
                 break;
             }
+            self.check_deadline(kind, &guard, granted, hold);
             self.log.write(hold);
         }
         if let Some(deadline_left) = lost {
@@ -391,7 +438,7 @@ impl Client {
         let released = match guard {
             Guard::Exp(g) => g.release().await.map(|u| format!("{u:?}")),
             Guard::Write(g) => g.release().await.map(|r| format!("{r:?}")),
-            Guard::Read(g) => g.release().await.map(|r| format!("{r:?}")),
+            Guard::Read(g, _) => g.release().await.map(|r| format!("{r:?}")),
             Guard::Legacy(h) => ScriptedLock::new(self.legacy_store.clone())
                 .release(&h)
                 .await
@@ -402,6 +449,53 @@ impl Client {
             self.id,
             kind.name()
         ));
+    }
+
+    /// The deadline audit: the guard's deadline against the end of its lease on the server,
+    /// as the audit bounded it at the grant or renewal that set the deadline.
+    fn check_deadline(
+        &mut self,
+        kind: Kind,
+        guard: &Guard,
+        granted: Option<tokio::time::Instant>,
+        hold: usize,
+    ) {
+        let Some((lease, deadline)) = guard.audited_deadline() else {
+            return;
+        };
+        let at = if granted == Some(deadline) {
+            "grant"
+        } else {
+            "last renewal"
+        };
+        let Some(late) = self.audit.check(&lease, deadline) else {
+            return;
+        };
+        if !self.late.insert(lease) {
+            return;
+        }
+        // Gone when read right after the answer: a restart in between erased it.
+        let read_at = late.bound.read_at.into_std();
+        let restarted = late.bound.gone
+            && self.log.with(|log| {
+                log.restarts
+                    .iter()
+                    .any(|r| *r <= read_at && *r + LEASE >= read_at)
+            });
+        let text = format!(
+            "client {}: {} hold {hold}: its deadline of the {at} is {late}{}",
+            self.id,
+            kind.name(),
+            if restarted {
+                ", excused: a restart erased it"
+            } else {
+                ""
+            }
+        );
+        if !restarted {
+            self.log.with(|log| log.late_deadlines.push(text.clone()));
+        }
+        self.log.event(text);
     }
 
     /// A guard said lost before its local deadline: does the server still hold the lease? Then
@@ -550,7 +644,7 @@ fn nemesis(
             1 => Which::Data,
             _ => Which::PubSub,
         };
-        match rng.random_range(0..9) {
+        match rng.random_range(0..10) {
             0 => {
                 log.fault("latency");
                 proxy.latency(which, Duration::from_millis(rng.random_range(20..250)));
@@ -600,6 +694,16 @@ fn nemesis(
                 log.fault("CLIENT PAUSE");
                 let ms = rng.random_range(100..800).to_string();
                 cli(&server, &["CLIENT", "PAUSE", &ms]);
+            }
+            8 => {
+                // The server runs every acquire; none of its replies comes back, for longer
+                // than a response timeout and its repeat; then the network heals.
+                log.fault("acquire reply outage");
+                for script in ACQUIRES {
+                    proxy.drop_replies_matching(Which::Data, script.sha1().as_bytes(), 100_000);
+                }
+                sleep(rng.random_range(800..2500));
+                proxy.heal(Which::Data);
             }
             _ => {} // a quiet moment
         }
@@ -728,12 +832,14 @@ fn check(log: &Log) -> (Vec<(&'static str, usize)>, Vec<String>, Vec<String>) {
 
     violations.extend(log.patience_violations.iter().cloned());
     violations.extend(log.false_losses.iter().cloned());
+    violations.extend(log.late_deadlines.iter().cloned());
     let rows = vec![
         ("overlapping valid holds", overlaps),
         ("stale writes accepted", stale),
         ("locks held by nobody beyond one lease", orphans),
         ("waits past patience", log.patience_violations.len()),
         ("false losses", log.false_losses.len()),
+        ("late deadlines", log.late_deadlines.len()),
     ];
     (rows, violations, notes)
 }
@@ -756,14 +862,20 @@ async fn chaos() {
     let until = start + Duration::from_secs(secs);
 
     let mut clients = Vec::new();
+    let mut audits = Vec::new();
     for id in 0..CLIENTS {
         let mut options = RedisOptions::default();
         options.response_timeout = RESPONSE_TIMEOUT;
         options.connection_timeout = RESPONSE_TIMEOUT;
-        let store = proxy.store_with(options.clone()).await;
-        let legacy_store = proxy.store_with(options).await;
+        // Each client's grants and renewals, read on a connection of its own past the proxy.
+        let audit = DeadlineAudit::new(server.store().await);
+        audits.push(audit.clone());
+        let store = audit.wrap(proxy.store_with(options.clone()).await);
+        let legacy_store = audit.wrap(proxy.store_with(options).await);
         let client = Client {
             id,
+            audit,
+            late: BTreeSet::new(),
             locks: ExpireLock::with_options(
                 store.clone(),
                 Options::default().watchdog_lease(LEASE),
@@ -823,6 +935,20 @@ async fn chaos() {
     let _ = writeln!(table, "  {:<40} {:>6}", "gave up (patience)", log.timeouts);
     let _ = writeln!(table, "  {:<40} {:>6}", "acquire errors", log.errors);
     let _ = writeln!(table, "  {:<40} {:>6}", "fenced writes", log.writes.len());
+    let (audited, unread) = audits
+        .iter()
+        .map(DeadlineAudit::counts)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let _ = writeln!(
+        table,
+        "  {:<40} {:>6}",
+        "grants and renewals audited", audited
+    );
+    let _ = writeln!(
+        table,
+        "  {:<40} {:>6}",
+        "  of which the lease could not be read", unread
+    );
     let _ = writeln!(table, "{:<42} {:>6}", "invariant", "violations");
     for (name, n) in &rows {
         let _ = writeln!(table, "  {name:<40} {n:>6}");
@@ -859,4 +985,88 @@ async fn chaos() {
         }
         panic!("{report}");
     }
+}
+
+// The checks themselves: each flags a synthetic violation and passes a correct history.
+
+/// A hold of `kind` by `client` from `start` to `end` (ms after `t0`), valid until its end.
+fn hold(t0: Instant, id: usize, kind: Kind, token: Option<u64>, span: (u64, u64)) -> Hold {
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    Hold {
+        id,
+        client: id,
+        kind,
+        token,
+        mark: token.map_or_else(String::new, |t| t.to_string()),
+        start: at(span.0),
+        last_valid: at(span.1),
+        ended: Some(at(span.1)),
+        how: "released",
+    }
+}
+
+fn write(t0: Instant, hold: usize, token: u64, ms: u64, accepted: bool) -> Write {
+    Write {
+        hold,
+        lock: EXP,
+        token,
+        at: t0 + Duration::from_millis(ms),
+        accepted,
+    }
+}
+
+fn counts(log: &Log) -> BTreeMap<&'static str, usize> {
+    check(log).0.into_iter().collect()
+}
+
+#[test]
+fn the_checks_pass_a_correct_history() {
+    let t0 = Instant::now();
+    let log = Log {
+        holds: vec![
+            hold(t0, 0, Kind::Exp, Some(1), (0, 100)),
+            hold(t0, 1, Kind::Exp, Some(2), (110, 200)),
+            // Readers share.
+            hold(t0, 2, Kind::RwRead, None, (0, 150)),
+            hold(t0, 3, Kind::RwRead, None, (50, 200)),
+        ],
+        writes: vec![write(t0, 0, 1, 50, true), write(t0, 1, 2, 150, true)],
+        ..Log::default()
+    };
+    assert!(counts(&log).values().all(|n| *n == 0), "{:?}", check(&log));
+}
+
+#[test]
+fn the_checks_flag_overlaps_stale_writes_orphans_and_late_deadlines() {
+    let t0 = Instant::now();
+    let late = Duration::from_millis(1);
+    let orphan_poll = LEASE + ORPHAN_SLACK + Duration::from_millis(200);
+    let log = Log {
+        holds: vec![
+            hold(t0, 0, Kind::Exp, Some(1), (0, 100)),
+            // Granted while hold 0 still believed its lease valid.
+            hold(t0, 1, Kind::Exp, Some(2), (50, 200)),
+            // A writer inside with a reader.
+            hold(t0, 2, Kind::RwRead, None, (0, 150)),
+            hold(t0, 3, Kind::RwWrite, Some(7), (100, 200)),
+        ],
+        // Hold 0's write with token 1 accepted after hold 1 (token 2) was granted.
+        writes: vec![write(t0, 1, 2, 60, true), write(t0, 0, 1, 90, true)],
+        // Hold 1's lease still on the server one lease and the slack after it ended.
+        polls: vec![(
+            t0 + Duration::from_millis(200) + orphan_poll,
+            EXP,
+            ["2".to_owned()].into(),
+        )],
+        late_deadlines: vec![format!("a deadline {late:?} late")],
+        ..Log::default()
+    };
+    let counts = counts(&log);
+    assert_eq!(counts["overlapping valid holds"], 2, "{counts:?}");
+    assert_eq!(counts["stale writes accepted"], 1, "{counts:?}");
+    assert_eq!(
+        counts["locks held by nobody beyond one lease"], 2,
+        "{counts:?}"
+    );
+    assert_eq!(counts["late deadlines"], 1, "{counts:?}");
 }

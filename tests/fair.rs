@@ -387,3 +387,62 @@ async fn data_that_is_not_a_queue_is_an_error_and_untouched<S: TestStore>(env: E
         env.store.del(key).await.unwrap();
     }
 }
+
+/// Calls of each command the server ran since the last `CONFIG RESETSTAT` (`INFO commandstats`),
+/// scripts' inner commands included, by lowercase name.
+fn command_calls(server: &support::RedisServer) -> std::collections::BTreeMap<String, u64> {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// With nobody queued, the fair scripts look at no queue (issue #29: the fair cycle cost 22 inner
+/// commands against the plain cycle's 11): a lock + release cycle runs one `EXISTS` per script,
+/// the type checks of the keys it touches and nothing of the queue, as `INFO commandstats` shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_fair_cycle_reads_no_queue() {
+    let env = Env::redis().await;
+    let locks = env.locks_with(fair());
+    // The scripts loaded, the fence key in place (as after any earlier holder).
+    locks
+        .lock_with_lease(NAME, ms(5000), None)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(env.server().cli(&["CONFIG", "RESETSTAT"]), "OK");
+    const CYCLES: u64 = 20;
+    for _ in 0..CYCLES {
+        let guard = locks
+            .lock_with_lease(NAME, ms(5000), None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(guard.release().await.unwrap(), Unlock::Released);
+    }
+    let calls = command_calls(env.server());
+    let per_cycle = |name: &str| calls.get(name).copied().unwrap_or(0) as f64 / CYCLES as f64;
+    for queue_command in ["zrange", "zrem", "zscore", "zadd", "hget", "hset", "hdel"] {
+        assert_eq!(per_cycle(queue_command), 0.0, "{queue_command}: {calls:?}");
+    }
+    // Lock and fence on acquiring, the lock on releasing; the queue's existence once each.
+    assert_eq!(per_cycle("type"), 3.0, "{calls:?}");
+    assert_eq!(per_cycle("exists"), 2.0, "{calls:?}");
+    // The fencing token's clock, on acquiring only (nobody to grant to on releasing).
+    assert_eq!(per_cycle("time"), 1.0, "{calls:?}");
+    assert_eq!(per_cycle("evalsha"), 2.0, "{calls:?}");
+    assert!(queue_is_empty(&env.store).await);
+}

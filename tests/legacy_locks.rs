@@ -88,6 +88,8 @@ for_both_kinds!(
     renew_moves_timestamp_and_ttl_keeps_the_token_and_retires_the_old_holding,
     release_and_renew_after_expiry_report_not_held_and_touch_nothing,
     an_old_clients_timestamp_is_judged_by_server_time,
+    a_key_with_a_ttl_is_held_while_it_exists_whatever_its_timestamp,
+    a_holding_is_relied_on_no_longer_than_its_key_lives,
     release_and_renew_refuse_a_key_an_old_client_rewrote,
     data_that_is_not_a_lock_is_an_error_and_untouched,
     a_holding_without_a_token_or_bad_input_is_rejected,
@@ -272,6 +274,95 @@ async fn an_old_clients_timestamp_is_judged_by_server_time<S: TestStore + WatchS
         "now with a TTL"
     );
     assert_eq!(l.release(&held).await.unwrap(), Release::Released);
+}
+
+/// A key with a TTL was written by a Watch or Scripted client: it is held while it exists,
+/// whatever its timestamp says. The two can disagree: inside a script Redis judges expiry by
+/// the script's start, while the script judges the timestamp by the `TIME` it reads later, so
+/// a lock's timestamp can pass a millisecond before its key goes; taking the key then
+/// overwrites a lease its holder still relies on (issue #26: a false BROKEN in `tairlock race
+/// --algorithm legacy-scripted` on Redis). The gap is made wide here: a timestamp a second in
+/// the past, 10 s left on the key.
+async fn a_key_with_a_ttl_is_held_while_it_exists_whatever_its_timestamp<
+    S: TestStore + WatchStore,
+>(
+    env: Env<S>,
+    strategy: Strategy,
+) {
+    for unit in [Unit::Millis, Unit::Seconds] {
+        let l = lock(&env, strategy, unit);
+        let now = unit.floor(env.store.time().await.unwrap());
+        let passed = now - 2;
+        env.store
+            .set(KEY, passed.to_string().as_bytes())
+            .await
+            .unwrap();
+        assert!(env.store.pexpire(KEY, ms(10_000)).await.unwrap());
+        match l.try_acquire(KEY, ms(100)).await.unwrap() {
+            TryAcquire::Busy { holder, remaining } => {
+                assert_eq!(holder, Some(passed));
+                let remaining = remaining.expect("the key's TTL");
+                assert!(
+                    remaining <= ms(10_000) && remaining > ms(9_000),
+                    "{unit:?}: busy for the key's TTL, not its timestamp: {remaining:?} {}",
+                    env.context()
+                );
+            }
+            other => panic!(
+                "{unit:?}: a key with a TTL must be held, whatever its timestamp; got {other:?} {}",
+                env.context()
+            ),
+        }
+        assert_eq!(stored(&env.store, KEY).await, Some(passed), "untouched");
+        assert!(
+            expires(env.store.pttl(KEY).await.unwrap()) > ms(9_000),
+            "its TTL untouched"
+        );
+        env.store.del(KEY).await.unwrap();
+    }
+}
+
+/// A holding is relied on no longer than its key lives: its deadline is dated from the request
+/// that took or renewed it and the time to live the server reported in the same answer.
+async fn a_holding_is_relied_on_no_longer_than_its_key_lives<S: TestStore + WatchStore>(
+    env: Env<S>,
+    strategy: Strategy,
+) {
+    let l = lock(&env, strategy, Unit::Millis);
+    let lease = Duration::from_secs(10);
+    let held = acquired(l.try_acquire(KEY, lease).await);
+    let check = |held: &Holding, before: tokio::time::Instant, ttl: Duration, what: &str| {
+        // The key lives at least `ttl` after `before` (the PTTL was read after it).
+        let relied = held.deadline().saturating_duration_since(before);
+        assert!(
+            relied <= ttl,
+            "{what}: relied on for {relied:?}, the key had {ttl:?} left {}",
+            env.context()
+        );
+        assert!(
+            relied + ms(500) >= ttl.mul_f64(0.99),
+            "{what}: relied on for {relied:?} only, the key had {ttl:?} left {}",
+            env.context()
+        );
+    };
+    let before = tokio::time::Instant::now();
+    check(
+        &held,
+        before,
+        expires(env.store.pttl(KEY).await.unwrap()),
+        "acquire",
+    );
+    let Renew::Renewed(renewed) = l.renew(&held, lease).await.unwrap() else {
+        panic!("ours to renew");
+    };
+    let before = tokio::time::Instant::now();
+    check(
+        &renewed,
+        before,
+        expires(env.store.pttl(KEY).await.unwrap()),
+        "renew",
+    );
+    assert_eq!(l.release(&renewed).await.unwrap(), Release::Released);
 }
 
 /// A key without a TTL was written by an old client after us (a takeover, or a losing GETSET

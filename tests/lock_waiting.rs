@@ -559,7 +559,7 @@ struct Fairness {
     max_wait: Duration,
     mean_cycle: Duration,
     /// The most acquisitions by others between one worker's request and its own acquisition:
-    /// a FIFO keeps it under the number of workers, whatever the machine's speed.
+    /// a FIFO keeps it to the number of workers, whatever the machine's speed.
     max_overtaken: usize,
 }
 
@@ -640,8 +640,11 @@ async fn no_worker_starves_when_workers_share_one_client() {
         "a worker starved: {:?}",
         f.per_worker
     );
+    // FIFO: the others acquire at most once each during one wait (WORKERS − 1), plus the one
+    // holder that may hold the lock already when the wait begins but not have counted its
+    // acquisition yet (the count follows the grant; a loaded machine delays it).
     assert!(
-        f.max_overtaken < WORKERS,
+        f.max_overtaken <= WORKERS,
         "a worker was overtaken {} times in one wait: the local queue is not FIFO",
         f.max_overtaken
     );

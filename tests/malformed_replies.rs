@@ -253,6 +253,18 @@ fn same_slot_as_k() -> String {
         .expect("a slot collision within a million names")
 }
 
+/// A real permit of `k`, taken on the embedded store behind `s` (only an acquisition makes one).
+async fn permit_of(s: &Garbled) -> tairlock::semaphore::Permit {
+    match Semaphore::new(s.inner.clone(), 3)
+        .attempt("k", 1, Duration::from_secs(5), "00ff")
+        .await
+        .unwrap()
+    {
+        tairlock::semaphore::PermitAttempt::Acquired(p) => p,
+        other => panic!("the embedded store granted no permit: {other:?}"),
+    }
+}
+
 fn lease() -> Lease {
     Lease::parse("tl1:1700000000123:42:00ff00ff").unwrap()
 }
@@ -332,7 +344,10 @@ fn operations() -> Vec<(&'static str, Op)> {
         ),
         (
             "semaphore renew",
-            op(|s| async move { Semaphore::new(s, 3).renew("k", "00ff", TTL).await }),
+            op(|s| async move {
+                let permit = permit_of(&s).await;
+                Semaphore::new(s, 3).renew("k", &permit, TTL).await
+            }),
         ),
         // Replica-acknowledged.
         (
@@ -646,7 +661,10 @@ async fn a_grant_without_the_time_it_has_left_is_refused() {
         (
             "semaphore renew",
             Reply::Array(vec![int(1), int(1_700_000_005_000)]),
-            op(|s| async move { Semaphore::new(s, 3).renew("k", "00ff", TTL).await }),
+            op(|s| async move {
+                let permit = permit_of(&s).await;
+                Semaphore::new(s, 3).renew("k", &permit, TTL).await
+            }),
         ),
         (
             "expire_lock, a key without a time to live",
@@ -722,4 +740,89 @@ async fn a_reply_of_the_wrong_shape_is_a_clear_error() {
             );
         }
     }
+}
+
+/// The reader/writer lock's and the legacy scripted lock's grants and renewals, answered in the
+/// shape they had before they reported the time their lease has left (or with a key without a
+/// time to live): a server error, never a lease dated from the length asked for.
+#[tokio::test]
+async fn an_rwlock_or_legacy_grant_without_the_time_it_has_left_is_refused() {
+    const TTL: Duration = Duration::from_secs(5);
+    let int = Reply::Int;
+    let data = Reply::data;
+    let expiry = || int(1_700_000_005_000);
+    let holding = || Holding::new("lock.k", 1_700_000_000, Unit::Seconds, Some(3));
+    let cases: Vec<(&str, Reply, Op)> = vec![
+        (
+            "rwlock read_acquire",
+            Reply::Array(vec![int(1), expiry(), int(1)]),
+            op(|s| async move { RwLock::new(s).read_acquire("k", "aa01", TTL).await }),
+        ),
+        (
+            "rwlock read_acquire, a readers set without a time to live",
+            Reply::Array(vec![int(1), expiry(), int(1), int(-1)]),
+            op(|s| async move { RwLock::new(s).read_acquire("k", "aa01", TTL).await }),
+        ),
+        (
+            "rwlock read_renew",
+            Reply::Array(vec![int(1), expiry()]),
+            op(|s| async move { RwLock::new(s).read_renew("k", "aa01", TTL).await }),
+        ),
+        (
+            "rwlock downgrade",
+            Reply::Array(vec![int(1), expiry(), int(1)]),
+            op(|s| async move {
+                RwLock::new(s)
+                    .downgrade_lease("k", &lease(), "aa03", TTL)
+                    .await
+            }),
+        ),
+        (
+            "rwlock write_acquire",
+            Reply::Array(vec![int(1), lease_reply()]),
+            op(|s| async move { RwLock::new(s).write_acquire("k", "aa02", TTL, None).await }),
+        ),
+        (
+            "rwlock write_renew",
+            Reply::Array(vec![int(1), lease_reply()]),
+            op(|s| async move { RwLock::new(s).write_renew("k", &lease(), TTL).await }),
+        ),
+        (
+            "rwlock fair_write_acquire",
+            Reply::Array(vec![int(1), lease_reply()]),
+            op(|s| async move {
+                RwLock::new(s)
+                    .fair_write_acquire("k", "aa02", TTL, None, false)
+                    .await
+            }),
+        ),
+        (
+            "legacy try_acquire",
+            Reply::Array(vec![int(1), data("1700000006"), data("7")]),
+            op(|s| async move { ScriptedLock::new(s).try_acquire("lock.k", TTL).await }),
+        ),
+        (
+            "legacy try_acquire, a key without a time to live",
+            Reply::Array(vec![int(1), data("1700000006"), data("7"), int(-1)]),
+            op(|s| async move { ScriptedLock::new(s).try_acquire("lock.k", TTL).await }),
+        ),
+        (
+            "legacy renew",
+            Reply::Array(vec![int(1), data("1700000006")]),
+            op(move |s| async move { ScriptedLock::new(s).renew(&holding(), TTL).await }),
+        ),
+    ];
+    for (name, reply, run) in cases {
+        let store = Garbled::default();
+        store.answer(reply.clone());
+        let outcome = run(store).await;
+        assert!(
+            outcome.starts_with("err server error") && outcome.contains("no remaining lease time"),
+            "{name} on {reply:?}: {outcome}"
+        );
+    }
+}
+
+fn lease_reply() -> Reply {
+    Reply::data(lease().value())
 }

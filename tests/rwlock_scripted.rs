@@ -378,6 +378,120 @@ async fn retried_acquires_with_the_same_nonce_are_idempotent<S: TestStore>(env: 
     assert_eq!(first.lease().value(), again.lease().value());
 }
 
+/// How long a repeat comes after the first send in the tests of repeated grants.
+const LATER: Duration = Duration::from_secs(2);
+
+/// A repeated grant (the same nonce, after a first send whose reply was lost) answers the lease
+/// the first send made: its local deadline must be dated from the time that lease has left, not
+/// from the length asked for. `before` is taken just before the repeat is sent; the server's
+/// expiry is at most `LONG - LATER` after it.
+#[track_caller]
+fn dated_from_what_is_left(
+    deadline: tokio::time::Instant,
+    before: tokio::time::Instant,
+    what: &str,
+) {
+    let relied = deadline.saturating_duration_since(before);
+    assert!(
+        relied <= LONG - LATER,
+        "{what}: relied on for {relied:?} after the repeat, but the lease its first send made \
+         had at most {:?} left",
+        LONG - LATER
+    );
+}
+
+async fn a_repeated_read_acquire_is_relied_on_only_while_its_first_lease_lasts<S: TestStore>(
+    env: Env<S>,
+) {
+    let rw = locks(&env);
+    let r = nonce();
+    let ReadAttempt::Acquired { lease: first, .. } =
+        rw.read_acquire("doc", &r, LONG).await.unwrap()
+    else {
+        panic!("free");
+    };
+    env.pass(LATER).await;
+    let before = tokio::time::Instant::now();
+    let ReadAttempt::Acquired { lease: again, .. } =
+        rw.read_acquire("doc", &r, LONG).await.unwrap()
+    else {
+        panic!("a repeat is the same admission");
+    };
+    assert_eq!(again.expires_at(), first.expires_at(), "{}", env.context());
+    dated_from_what_is_left(again.deadline(), before, "read acquire repeat");
+}
+
+async fn a_repeated_write_acquire_is_relied_on_only_while_its_first_lease_lasts<S: TestStore>(
+    env: Env<S>,
+) {
+    let rw = locks(&env);
+    let w = nonce();
+    let first = taken(rw.write_acquire("doc", &w, LONG, None).await.unwrap());
+    env.pass(LATER).await;
+    let before = tokio::time::Instant::now();
+    let again = taken(rw.write_acquire("doc", &w, LONG, None).await.unwrap());
+    assert_eq!(again.lease(), first.lease(), "{}", env.context());
+    dated_from_what_is_left(again.deadline(), before, "write acquire repeat");
+}
+
+async fn a_repeated_downgrade_is_relied_on_only_while_its_reader_lasts<S: TestStore>(env: Env<S>) {
+    let rw = locks(&env);
+    let w = taken(rw.write_acquire("doc", &nonce(), LONG, None).await.unwrap());
+    let r = nonce();
+    let first = rw
+        .downgrade_lease("doc", w.lease(), &r, LONG)
+        .await
+        .unwrap()
+        .expect("downgraded");
+    env.pass(LATER).await;
+    let before = tokio::time::Instant::now();
+    let again = rw
+        .downgrade_lease("doc", w.lease(), &r, LONG)
+        .await
+        .unwrap()
+        .expect("a repeat is the same downgrade");
+    assert_eq!(again.expires_at(), first.expires_at(), "{}", env.context());
+    dated_from_what_is_left(again.deadline(), before, "downgrade repeat");
+}
+
+/// A renewal's deadline is dated from the time its answer reports, which is the whole new
+/// lease: never later than the server's expiry, never much earlier.
+async fn renewals_are_relied_on_for_the_lease_they_report<S: TestStore>(env: Env<S>) {
+    let rw = locks(&env);
+    let r = nonce();
+    admitted(rw.read_acquire("doc", &r, SHORT).await.unwrap());
+    let before = tokio::time::Instant::now();
+    let renewed = rw
+        .read_renew("doc", &r, LONG)
+        .await
+        .unwrap()
+        .expect("renewed");
+    let relied = renewed.deadline().saturating_duration_since(before);
+    assert!(
+        relied <= LONG && relied >= LONG - LONG / 50 - PROMPT,
+        "read renewal relied on for {relied:?} {}",
+        env.context()
+    );
+    rw.read_release("doc", &r).await.unwrap();
+    let w = taken(
+        rw.write_acquire("doc", &nonce(), SHORT, None)
+            .await
+            .unwrap(),
+    );
+    let before = tokio::time::Instant::now();
+    let renewed = rw
+        .write_renew("doc", w.lease(), LONG)
+        .await
+        .unwrap()
+        .expect("renewed");
+    let relied = renewed.deadline().saturating_duration_since(before);
+    assert!(
+        relied <= LONG && relied >= LONG - LONG / 50 - PROMPT,
+        "write renewal relied on for {relied:?} {}",
+        env.context()
+    );
+}
+
 async fn expired_read_is_reported_lost_on_release<S: TestStore>(env: Env<S>) {
     let rw = locks(&env);
     let r = nonce();
@@ -577,6 +691,10 @@ backend_tests!(
     reentrant_write_serves_nested_writes_and_reads,
     write_acquires_issue_strictly_increasing_fences,
     retried_acquires_with_the_same_nonce_are_idempotent,
+    a_repeated_read_acquire_is_relied_on_only_while_its_first_lease_lasts,
+    a_repeated_write_acquire_is_relied_on_only_while_its_first_lease_lasts,
+    a_repeated_downgrade_is_relied_on_only_while_its_reader_lasts,
+    renewals_are_relied_on_for_the_lease_they_report,
     expired_read_is_reported_lost_on_release,
     waiting_writer_is_woken_by_the_last_readers_release,
     waiting_reader_is_woken_by_the_write_release,

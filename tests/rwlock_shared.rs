@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use support::cluster::RedisCluster;
 use support::server::RedisServer;
-use tairlock::{MemoryStore, Owner, Store};
+use tairlock::store::intercept::{Command, Hook, Intercept, Run};
+use tairlock::{Error, ErrorKind, MemoryStore, Owner, Store};
+use tairlock_rwlock::scripts::{READ_ACQUIRE, READ_RENEW};
 use tairlock_rwlock::{Options, Preference, Release, RwLock};
 
 /// How long an operation that should be prompt may take on a loaded machine.
@@ -108,6 +110,7 @@ both!(
     reentrancy_upgrade_refusal_and_downgrade_keep_working,
     writers_never_run_beside_readers_of_any_client,
     under_reader_preference_a_waiting_writer_ends_idle_holds_only,
+    a_repeated_admission_is_shared_only_while_the_server_keeps_it,
 );
 
 async fn local_readers_share_one_server_reader<S: Store>(p: Pair<S>) {
@@ -576,4 +579,93 @@ async fn a_polling_writer_announces_once_per_wait_under_either_preference() {
             .expect("in time");
         w.release().await.unwrap();
     }
+}
+
+/// The reader lease of the outage below.
+const OUTAGE_LEASE: Duration = Duration::from_secs(4);
+/// How long each of the first two sends of an admission waits for a reply that never comes.
+const OUTAGE: Duration = Duration::from_millis(1200);
+
+/// One client's connection in an outage: the first two `rw_read_acquire`s are applied by the
+/// server but their replies never come (each times out after [`OUTAGE`]: the step's send and
+/// its own repeat), and no `rw_read_renew` gets through.
+#[derive(Default)]
+struct Outage {
+    admissions: AtomicUsize,
+}
+
+impl Hook for Outage {
+    fn around<'a>(&'a self, command: Command<'a>, run: Run<'a>) -> Run<'a> {
+        let Command::Eval { script, .. } = command else {
+            return run;
+        };
+        if std::ptr::eq(script, &READ_ACQUIRE) && self.admissions.fetch_add(1, Ordering::SeqCst) < 2
+        {
+            return Box::pin(async move {
+                let applied = run.await;
+                assert!(applied.is_ok(), "the server applies it: {applied:?}");
+                tokio::time::sleep(OUTAGE).await;
+                Err(Error::new(
+                    ErrorKind::Connection,
+                    "test: the reply was lost",
+                ))
+            });
+        }
+        if std::ptr::eq(script, &READ_RENEW) {
+            return Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(Error::new(
+                    ErrorKind::Connection,
+                    "test: the server is unreachable",
+                ))
+            });
+        }
+        run
+    }
+}
+
+/// Issue #26: a shared hold's admission is applied at t0 but its replies are lost until about
+/// t0 + 2.4 s, when the waiting read repeats it (same nonce) and gets back the admission the
+/// first send made, which the server drops at t0 + 4 s; renewals do not get through. Dated from
+/// the repeat with the whole lease, the hold was believed until about t0 + 6.4 s: a writer of
+/// another client got in at t0 + 4 s while the hold still took new local readers. The hold must
+/// be lost by the time the server drops its reader, and take nobody after.
+async fn a_repeated_admission_is_shared_only_while_the_server_keeps_it<S: Store>(p: Pair<S>) {
+    let outage = Arc::new(Outage::default());
+    let rw = RwLock::with_options(
+        Intercept::shared(p.a.clone(), outage.clone()),
+        Options::default()
+            .share_reads(true)
+            .linger(FOREVER)
+            .watchdog_lease(OUTAGE_LEASE),
+    );
+    let first = rw.read("doc").await.unwrap();
+    assert_eq!(
+        outage.admissions.load(Ordering::SeqCst),
+        3,
+        "admitted by the third send, a repeat"
+    );
+    assert_eq!(rw.shared_readers("doc"), 1);
+    let other = RwLock::new(p.b.clone());
+    let writer = tokio::time::timeout(OUTAGE_LEASE + PROMPT, async {
+        loop {
+            if let Some(w) = other.try_write("doc").await.unwrap() {
+                break w;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the writer gets in once the server drops the reader");
+    let joined = rw.try_read("doc").await.unwrap();
+    assert!(
+        joined.is_none(),
+        "a local reader joined a shared hold whose server reader is gone, beside a writer"
+    );
+    assert!(
+        first.is_lost(),
+        "the shared hold is still relied on after the server dropped its reader"
+    );
+    writer.release().await.unwrap();
+    assert_eq!(first.release().await.unwrap(), Release::Lost);
 }

@@ -353,6 +353,7 @@ async fn rwlock_read_acquire_repeat_admits_the_reader_once() {
         .await;
     assert_eq!(int(&reply, 0), 1, "{reply:?}");
     assert_eq!(int(&reply, 2), 1, "one reader");
+    assert_reports_time_left(&reply, 3, &before[0]);
     assert_intact(&after, &before, "read acquire repeat");
 }
 
@@ -380,6 +381,7 @@ async fn rwlock_write_acquire_repeat_returns_the_same_lease() {
         before[0].content,
         support::Content::Str(text(&reply, 1).into_bytes())
     );
+    assert_reports_time_left(&reply, 2, &before[0]);
     assert_intact(&after, &before, "write acquire repeat");
 }
 
@@ -422,6 +424,9 @@ async fn rwlock_read_renew_repeat_renews_the_same_reader() {
         )
         .await;
     assert_eq!(int(&reply, 0), 1, "{reply:?}");
+    // A repeated renewal renews again, from its own run: it reports that.
+    let left = Duration::from_millis(int(&reply, 2) as u64);
+    assert!(left <= LEASE && left >= LEASE - SLACK, "{left:?}");
     assert_eq!(rw.readers("doc").await.unwrap(), 1);
     let support::Content::Other(kind) = &before[0].content else {
         panic!("a sorted set: {:?}", before[0]);
@@ -482,6 +487,7 @@ async fn rwlock_downgrade_repeat_answers_the_same_downgrade() {
         "the repeat reports the downgrade: {reply:?}"
     );
     assert_eq!(int(&reply, 2), 1, "one live reader");
+    assert_reports_time_left(&reply, 3, &before[1]);
     assert_eq!(
         before[0].content,
         support::Content::None,

@@ -230,6 +230,16 @@ async fn exercise_rwlock(store: &Recording, name: &str) {
     locks.write_release(name, write.lease()).await.unwrap();
 }
 
+async fn exercise_token(store: &Recording, key: &str) {
+    let locks = tairlock::TokenLock::new(store.clone());
+    let token = tairlock::new_nonce();
+    let held = locks.attempt(key, &token, LEASE).await.unwrap();
+    assert!(held.is_acquired(), "token acquire {key}");
+    locks.renew(key, &token, LEASE).await.unwrap();
+    locks.inspect(key).await.unwrap();
+    locks.release(key, &token).await.unwrap();
+}
+
 async fn exercise_redlock(store: &Recording, name: &str) {
     let redlock = Redlock::new(vec![store.clone()], RedlockOptions::default()).unwrap();
     let lease = redlock.try_acquire(name, LEASE).await.unwrap().unwrap();
@@ -253,6 +263,7 @@ async fn every_script_declares_keys_of_one_slot() {
     }
     for key in ["lock.orderid", "plain", "locks:{order}:7", "a{b"] {
         exercise_legacy(&store, key).await;
+        exercise_token(&store, key).await;
     }
     // Known limit: a legacy key with a `}` and no hash tag (`a}b`, `{}x`) has no fence key in
     // its slot (`{a}b}:fence` would hash `a`), so its fence key is `K:fence`, another slot. On a
@@ -279,6 +290,7 @@ async fn every_script_declares_keys_of_one_slot() {
         .chain(tairlock_rwlock::scripts::ALL.iter())
         .chain(tairlock::redlock::ALL.iter())
         .chain(tairlock::scripts::FAIR.iter())
+        .chain(tairlock::scripts::TOKEN.iter())
         .chain(tairlock_rwlock::scripts::FAIR.iter());
     let missing: Vec<&str> = all
         .map(|s| s.name())
@@ -297,7 +309,8 @@ async fn every_script_declares_keys_of_one_slot() {
             "rw_fair_write_release",
             "rw_read_release",
             "rw_write_abandon",
-            "rw_write_acquire"
+            "rw_write_acquire",
+            "token_release"
         ],
         "the scripts that announce releases or a writer's intent (with SPUBLISH on a sharded \
          store)"

@@ -55,6 +55,7 @@ on_both_stores!(
     a_release_wakes_a_waiter,
     a_repeated_acquire_with_the_same_nonce_takes_nothing_more,
     shrinking_the_limit_never_evicts_a_live_holder,
+    a_client_with_another_limit_is_refused_and_writes_nothing,
     bad_input_is_refused_and_changes_nothing,
     a_key_holding_user_data_is_an_error_and_untouched,
     a_holder_whose_permits_are_gone_is_reported_lost,
@@ -171,26 +172,31 @@ async fn a_repeated_acquire_with_the_same_nonce_takes_nothing_more<S: TestStore>
     assert_eq!(inspection.in_use, 2);
     assert_eq!(inspection.last_fence, Some(second.fence));
     // Release and renew are safe to repeat too.
-    assert!(sem.release("rep", "n1").await.unwrap());
-    assert!(!sem.release("rep", "n1").await.unwrap());
-    assert!(sem.renew("rep", "n1", ttl).await.unwrap().is_none());
-    assert!(sem.renew("rep", "n2", ttl).await.unwrap().is_some());
-    assert!(sem.renew("rep", "n2", ttl).await.unwrap().is_some());
+    assert!(sem.release("rep", &first).await.unwrap());
+    assert!(!sem.release("rep", &first).await.unwrap());
+    assert!(sem.renew("rep", &first, ttl).await.unwrap().is_none());
+    assert!(sem.renew("rep", &second, ttl).await.unwrap().is_some());
+    assert!(sem.renew("rep", &second, ttl).await.unwrap().is_some());
     assert_eq!(sem.available("rep").await.unwrap(), 1);
-    assert!(sem.release("rep", "n2").await.unwrap());
-    // Nothing left behind but the fence state.
-    assert_eq!(env.store.dbsize().await, 1, "{}", env.context());
+    assert!(sem.release("rep", &second).await.unwrap());
+    // Nothing left behind but the fence state and the limit.
+    assert_eq!(env.store.dbsize().await, 2, "{}", env.context());
 }
 
-/// Three holders under a limit of 3; a client with a limit of 2 is refused (the holders keep
-/// their permits and renew them), one with a limit of 4 gets in; the smaller limit admits again
-/// only once the holders fit under it.
+/// Three holders under a limit of 3. An operator shrinks the limit to 2: the holders keep their
+/// permits and renew them, a client still counting against 3 is refused with a clear error, and
+/// one counting against 2 is refused until the holders fit; growing it to 4 admits one more.
 async fn shrinking_the_limit_never_evicts_a_live_holder<S: TestStore>(env: Env<S>) {
     let three = Semaphore::new(env.store.clone(), 3);
     let mut holders = Vec::new();
     for _ in 0..3 {
         holders.push(three.try_acquire("lim", 1).await.unwrap().expect("fits"));
     }
+    assert_eq!(three.inspect("lim").await.unwrap().limit, Some(3));
+    assert_eq!(three.set_limit("lim", 2).await.unwrap(), Some(3));
+    let err = three.try_acquire("lim", 1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("limit is 2, not 3"), "{err}");
     let two = three.with_limit(2);
     assert!(two.try_acquire("lim", 1).await.unwrap().is_none());
     assert_eq!(two.available("lim").await.unwrap(), 0);
@@ -199,6 +205,7 @@ async fn shrinking_the_limit_never_evicts_a_live_holder<S: TestStore>(env: Env<S
         assert!(!h.is_lost());
     }
     assert_eq!(three.inspect("lim").await.unwrap().holders.len(), 3);
+    assert_eq!(two.set_limit("lim", 4).await.unwrap(), Some(2));
     let four = three.with_limit(4);
     let grown = four
         .try_acquire("lim", 1)
@@ -207,6 +214,7 @@ async fn shrinking_the_limit_never_evicts_a_live_holder<S: TestStore>(env: Env<S
         .expect("growing admits more");
     assert_eq!(four.available("lim").await.unwrap(), 0);
     grown.release().await.unwrap();
+    assert_eq!(four.set_limit("lim", 2).await.unwrap(), Some(4));
     holders.pop().unwrap().release().await.unwrap();
     assert!(
         two.try_acquire("lim", 1).await.unwrap().is_none(),
@@ -217,6 +225,41 @@ async fn shrinking_the_limit_never_evicts_a_live_holder<S: TestStore>(env: Env<S
     assert!(fits.is_some(), "1 held, limit 2");
     for h in holders {
         assert!(!h.is_lost());
+        h.release().await.unwrap();
+    }
+    let invalid =
+        |r: tairlock::Result<_>| matches!(r, Err(e) if e.kind() == ErrorKind::InvalidInput);
+    assert!(invalid(two.set_limit("lim", 0).await));
+    assert_eq!(two.inspect("lim").await.unwrap().limit, Some(2));
+}
+
+/// Every other client believes the semaphore holds at most 3 permits: a client configured with
+/// 5 is refused (a clear error, nothing written) rather than taking a 4th and a 5th permit.
+async fn a_client_with_another_limit_is_refused_and_writes_nothing<S: TestStore>(env: Env<S>) {
+    let three = Semaphore::new(env.store.clone(), 3);
+    let mut holders = Vec::new();
+    for _ in 0..3 {
+        holders.push(three.try_acquire("cap", 1).await.unwrap().expect("fits"));
+    }
+    let five = Semaphore::new(env.store.clone(), 5);
+    let holders_key = "tairlock:{cap}:sem";
+    let before = env.store.snapshot(holders_key).await;
+    for attempt in [
+        five.try_acquire("cap", 1).await.map(drop),
+        five.try_acquire_for("cap", 1, ms(200)).await.map(drop),
+        five.attempt("cap", 1, ms(1000), "n5").await.map(drop),
+    ] {
+        let err = attempt.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("limit is 3, not 5"), "{err}");
+    }
+    env.store
+        .snapshot(holders_key)
+        .await
+        .assert_intact(&before, ms(500), holders_key);
+    let inspection = three.inspect("cap").await.unwrap();
+    assert_eq!((inspection.holders.len(), inspection.in_use), (3, 3));
+    for h in holders {
         h.release().await.unwrap();
     }
 }
@@ -251,11 +294,21 @@ async fn bad_input_is_refused_and_changes_nothing<S: TestStore>(env: Env<S>) {
 async fn a_key_holding_user_data_is_an_error_and_untouched<S: TestStore>(env: Env<S>) {
     let sem = Semaphore::new(env.store.clone(), 2);
     let wrong = |r: tairlock::Result<_>| matches!(r, Err(e) if e.kind() == ErrorKind::WrongType);
-    let cases: [(&str, &str); 3] = [
+    let cases: [(&str, &str); 5] = [
         ("tairlock:{user}:sem", "string"),
         ("tairlock:{user}:sem:h", "hash"),
         ("tairlock:{user}:sem:fence", "string"),
+        ("tairlock:{user}:sem:n", "string"),
+        ("tairlock:{user}:sem:n", "hash"),
     ];
+    // Renew and release take the permits of an acquisition: one on a store of its own (the
+    // credential names the holder, not the store).
+    let elsewhere = Semaphore::new(MemoryStore::new(), 2);
+    let PermitAttempt::Acquired(permit) =
+        elsewhere.attempt("user", 1, ms(1000), "0a").await.unwrap()
+    else {
+        panic!("a free semaphore admits");
+    };
     for (key, kind) in cases {
         match kind {
             "hash" => env.store.hset(key, "someone", b"not a holding").await,
@@ -268,17 +321,33 @@ async fn a_key_holding_user_data_is_an_error_and_untouched<S: TestStore>(env: En
             "{key}"
         );
         if key.ends_with(":sem") {
-            assert!(wrong(sem.release("user", "n").await.map(drop)), "{key}");
-            assert!(wrong(sem.available("user").await.map(drop)), "{key}");
+            assert!(wrong(sem.release("user", &permit).await.map(drop)), "{key}");
             assert!(
-                wrong(sem.renew("user", "n", ms(1000)).await.map(drop)),
+                wrong(sem.force_release("user", "0a").await.map(drop)),
                 "{key}"
             );
+            assert!(wrong(sem.available("user").await.map(drop)), "{key}");
+            assert!(
+                wrong(sem.renew("user", &permit, ms(1000)).await.map(drop)),
+                "{key}"
+            );
+        } else if key.ends_with(":sem:n") {
+            assert!(wrong(sem.set_limit("user", 3).await.map(drop)), "{key}");
+            if kind == "hash" {
+                assert!(wrong(sem.available("user").await.map(drop)), "{key}");
+                assert!(
+                    wrong(sem.renew("user", &permit, ms(1000)).await.map(drop)),
+                    "{key}"
+                );
+            }
         } else {
             // Release and renew name one holder: they touch nobody else's field.
-            assert!(!sem.release("user", "n").await.unwrap(), "{key}");
+            assert!(!sem.release("user", &permit).await.unwrap(), "{key}");
             assert!(
-                sem.renew("user", "n", ms(1000)).await.unwrap().is_none(),
+                sem.renew("user", &permit, ms(1000))
+                    .await
+                    .unwrap()
+                    .is_none(),
                 "{key}"
             );
         }
@@ -491,24 +560,50 @@ async fn the_lua_and_native_bodies_agree() {
         let sem = Semaphore::new(store, 3);
         let ttl = Duration::from_secs(20);
         let mut out = Vec::new();
-        let shape = |a: PermitAttempt| match a {
+        let shape = |a: &PermitAttempt| match a {
             PermitAttempt::Acquired(p) => format!("acquired {}", p.permits),
             PermitAttempt::Busy { in_use, .. } => format!("busy {in_use}"),
         };
-        out.push(shape(sem.attempt("d", 2, ttl, "a").await.unwrap()));
-        out.push(shape(sem.attempt("d", 2, ttl, "b").await.unwrap()));
-        out.push(shape(sem.attempt("d", 1, ttl, "c").await.unwrap()));
-        out.push(shape(sem.attempt("d", 2, ttl, "a").await.unwrap()));
+        let permit = |a: PermitAttempt| match a {
+            PermitAttempt::Acquired(p) => p,
+            other => panic!("{other:?}"),
+        };
+        let a = sem.attempt("d", 2, ttl, "a").await.unwrap();
+        out.push(shape(&a));
+        out.push(shape(&sem.attempt("d", 2, ttl, "b").await.unwrap()));
+        let c = sem.attempt("d", 1, ttl, "c").await.unwrap();
+        out.push(shape(&c));
+        out.push(shape(&sem.attempt("d", 2, ttl, "a").await.unwrap()));
+        let (a, c) = (permit(a), permit(c));
         out.push(format!(
             "{:?}",
-            sem.renew("d", "c", ttl).await.unwrap().is_some()
+            sem.renew("d", &c, ttl).await.unwrap().is_some()
         ));
-        out.push(format!("{:?}", sem.release("d", "a").await.unwrap()));
-        out.push(format!("{:?}", sem.release("d", "a").await.unwrap()));
-        out.push(shape(sem.attempt("d", 2, ttl, "b").await.unwrap()));
+        out.push(format!("{:?}", sem.release("d", &a).await.unwrap()));
+        out.push(format!("{:?}", sem.release("d", &a).await.unwrap()));
+        out.push(shape(&sem.attempt("d", 2, ttl, "b").await.unwrap()));
         let i = sem.inspect("d").await.unwrap();
-        out.push(format!("{} {} {}", i.holders.len(), i.in_use, i.foreign));
+        out.push(format!(
+            "{} {} {} {:?}",
+            i.holders.len(),
+            i.in_use,
+            i.foreign,
+            i.limit
+        ));
         out.push(format!("{}", sem.available("d").await.unwrap()));
+        // Another limit is refused; an operator changes it.
+        let five = sem.with_limit(5);
+        out.push(format!(
+            "{:?}",
+            five.attempt("d", 1, ttl, "e")
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        ));
+        out.push(format!("{:?}", sem.set_limit("d", 5).await));
+        out.push(shape(&five.attempt("d", 1, ttl, "e").await.unwrap()));
+        out.push(format!("{:?}", sem.force_release("d", "e").await));
+        out.push(format!("{:?}", sem.abandon("d", "e").await));
         out
     }
     let (r, m) = (run(redis).await, run(memory).await);
@@ -705,5 +800,62 @@ async fn a_crashed_fair_waiter_holds_the_queue_up_at_most_its_waiter_lease<S: Te
     assert_eq!(sem.inspect("ghost").await.unwrap().holders.len(), 1);
     guard.release().await.unwrap();
     // Nothing of the ghost's is left but its lapsed place's keys' TTL.
-    assert!(!sem.release("ghost", "ghost").await.unwrap());
+    assert!(!sem.abandon("ghost", "ghost").await.unwrap());
+}
+
+/// Loses the reply of the next `SEM_RELEASE` it sees (after the server applied it), reporting a
+/// timeout instead.
+#[derive(Default)]
+struct LoseRelease(std::sync::atomic::AtomicBool);
+
+impl tairlock::store::intercept::Hook for LoseRelease {
+    fn around<'a>(
+        &'a self,
+        command: tairlock::store::intercept::Command<'a>,
+        run: tairlock::store::intercept::Run<'a>,
+    ) -> tairlock::store::intercept::Run<'a> {
+        let tairlock::store::intercept::Command::Eval { script, .. } = command else {
+            return run;
+        };
+        if !std::ptr::eq(script, &tairlock::scripts::SEM_RELEASE) {
+            return run;
+        }
+        Box::pin(async move {
+            let reply = run.await;
+            if self.0.swap(false, Ordering::SeqCst) {
+                return Err(tairlock::Error::new(
+                    ErrorKind::Timeout,
+                    "test: the release's reply was lost",
+                ));
+            }
+            reply
+        })
+    }
+}
+
+/// A release whose first request was applied but whose reply was lost: the repeat finds the
+/// permits gone, and the release is reported as done (by the guard, and by the single step),
+/// not as "not held".
+#[tokio::test]
+async fn a_release_whose_reply_was_lost_is_reported_released() {
+    let hook = Arc::new(LoseRelease::default());
+    let store = tairlock::store::intercept::Intercept::shared(MemoryStore::new(), hook.clone());
+    let sem = Semaphore::new(store, 2);
+    let guard = sem.acquire("lost", 1).await.unwrap();
+    hook.0.store(true, Ordering::SeqCst);
+    assert_eq!(guard.release().await.unwrap(), Unlock::Released);
+    assert_eq!(sem.available("lost").await.unwrap(), 2);
+    let PermitAttempt::Acquired(permit) = sem
+        .attempt("lost", 1, Duration::from_secs(10), "0b")
+        .await
+        .unwrap()
+    else {
+        panic!("free");
+    };
+    hook.0.store(true, Ordering::SeqCst);
+    assert!(sem.release("lost", &permit).await.unwrap());
+    assert!(
+        !sem.release("lost", &permit).await.unwrap(),
+        "a later release finds nothing"
+    );
 }

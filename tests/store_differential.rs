@@ -42,7 +42,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use support::RedisServer;
 use tairlock::clock::{Clock, SystemClock, VirtualClock};
-use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, RENEW, RENEW_MANY};
+use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FAIR_LOCK, FAIR_UNLOCK, RENEW, RENEW_MANY};
 use tairlock::{
     Acquire, ErrorKind, ExpireLock, Inspection, Lease, MemoryStore, RedisStore, Renew, Reply,
     Result, Store, Ttl, Unlock,
@@ -1004,6 +1004,21 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
             );
         }
     }
+    // A key with a TTL is held while it exists, however long ago its timestamp passed.
+    store.set(&lk[0], b"1000").await.unwrap();
+    store
+        .pexpire(&lk[0], Duration::from_secs(30))
+        .await
+        .unwrap();
+    for unit in ["1000", "1"] {
+        tape.reply(
+            format!("legacy acquire over a passed timestamp with a ttl, unit {unit}"),
+            store
+                .eval(&legacy::ACQUIRE, &lk, &strings(&[unit, "30", "60000"]))
+                .await,
+            &[2],
+        );
+    }
     store.del(&lk[0]).await.unwrap();
     store.set(&lk[1], b"007").await.unwrap();
     let taken = store
@@ -1078,21 +1093,21 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r1", "30000"))
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "rw read r2 20ms",
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r2", "20"))
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "rw read r1 again",
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r1", "30000"))
             .await,
-        &[],
+        &[3],
     );
     // Scores are lease expiry times by each store's clock: compared by sign.
     let readers = store.zrange(&r).await;
@@ -1132,7 +1147,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &strings(&["r1", "30000"]),
             )
             .await,
-        &[],
+        &[2],
     );
     tape.reply(
         "rw release r1",
@@ -1177,10 +1192,10 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         .eval(&rw::WRITE_ACQUIRE, &write_keys, &write("w1", "30000"))
         .await;
     let lease = match taken.as_ref().ok().and_then(Reply::as_array) {
-        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        Some([Reply::Int(1), lease, _]) => lease.as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
-    tape.reply("rw write w1", taken, &[]);
+    tape.reply("rw write w1", taken, &[2]);
     tape.reply(
         "rw write w2 refused",
         store
@@ -1215,7 +1230,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &strings(&[&lease, "r5", "30000", &channel]),
             )
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "rw count after downgrade",
@@ -1276,7 +1291,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         store
             .eval(&rw::READ_ACQUIRE, &read_keys, &read("r8", "30000"))
             .await,
-        &[2],
+        &[3],
     );
 
     // The fair writers' scripts: a queue of writers with waiter leases, a grant on release, a
@@ -1301,7 +1316,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
     let fair_release =
         |what: &str, by: &str| strings(&[what, by, "60000", &f("released"), "PUBLISH", "5000"]);
     let lease_of = |reply: &Result<Reply>| match reply.as_ref().ok().and_then(Reply::as_array) {
-        Some([Reply::Int(1), lease]) => lease.as_str().unwrap_or_default().to_owned(),
+        Some([Reply::Int(1), lease, _]) => lease.as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
     tape.reply(
@@ -1313,7 +1328,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &fair("a1", "30000", "0"),
             )
             .await,
-        &[],
+        &[2],
     );
     for (nonce, wl) in [
         ("b2", "30000"),
@@ -1345,7 +1360,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         )
         .await;
     let a1 = lease_of(&again);
-    tape.reply("fair a1 repeated", again, &[]);
+    tape.reply("fair a1 repeated", again, &[2]);
     tape.reply(
         "fair release a1: granted to b2",
         store
@@ -1406,7 +1421,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         )
         .await;
     let d4 = lease_of(&confirmed);
-    tape.reply("fair d4 confirms", confirmed, &[]);
+    tape.reply("fair d4 confirms", confirmed, &[2]);
     tape.record("fair queue after d4", store.key_type(&f("wq")).await);
     tape.record("fair intent after d4", store.key_type(&f("wi")).await);
     tape.reply(
@@ -1425,7 +1440,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         store
             .eval(&rw::READ_ACQUIRE, &fair_read_keys, &read("r2", "30000"))
             .await,
-        &[],
+        &[3],
     );
     tape.reply(
         "fair e5 behind a reader",
@@ -1487,7 +1502,7 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
                 &fair("e5", "30000", "1"),
             )
             .await,
-        &[],
+        &[2],
     );
     tape.value("fair intent passed to f6", store.get(&f("wi")).await);
     tape.reply(
@@ -1570,6 +1585,33 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         ])
         .await,
     );
+    // Reads queued after a write: the time to live it left (a positive one reduced to 1), and
+    // a missing key's -2.
+    tape.record(
+        "watch wk for a write and its time to live",
+        con.watch(&keys, &[Read::Get("wk".to_owned())]).await,
+    );
+    let pttl = |key: &str| TxOp::Pttl {
+        key: key.to_owned(),
+    };
+    let ttl = |key: &str| TxOp::Ttl {
+        key: key.to_owned(),
+    };
+    let positive = |replies: Vec<Reply>| -> Vec<Reply> {
+        replies
+            .into_iter()
+            .map(|r| match r {
+                Reply::Int(n) if n > 0 => Reply::Int(1),
+                other => other,
+            })
+            .collect()
+    };
+    tape.record(
+        "exec a write, then its time to live",
+        con.exec(&[set("5"), pttl("wk"), ttl("wk"), pttl("wz"), ttl("wz")])
+            .await
+            .map(|replies| replies.map(positive)),
+    );
     store
         .set_nx_px("wx", b"1", Duration::from_millis(20))
         .await
@@ -1599,6 +1641,99 @@ async fn walk<S: Raw + tairlock_legacy::WatchStore>(store: &S, tape: &mut Tape<'
         }])
         .await,
     );
+
+    // The expire lock's fair scripts: a cycle with nobody queued (which reads no queue), a grant
+    // to a queued waiter and its confirmation, a leave with nobody queued, user data under the
+    // fence key (untouched by a release with nobody queued, refused by an attempt) and under
+    // the queue key.
+    let g = |s: &str| format!("fx:{{g}}{s}");
+    let fair_keys = vec![g(""), g(":fence"), g(":fairq"), g(":fairw")];
+    let attempt = |nonce: &str, queue: &str| {
+        strings(&[
+            "30000",
+            nonce,
+            "60000",
+            "30000",
+            &format!("{}:w:{nonce}", g(":released")),
+            queue,
+        ])
+    };
+    let unlock = |what: &str, by: &str| strings(&[what, by, "60000", &g(":released"), "PUBLISH"]);
+    let lease_of = |reply: &Result<Reply>| match reply.as_ref().ok().and_then(Reply::as_array) {
+        Some([Reply::Int(1), lease, ..]) => lease.as_str().unwrap_or_default().to_owned(),
+        _ => String::new(),
+    };
+    let taken = store
+        .eval(&FAIR_LOCK, &fair_keys, &attempt("a1", "1"))
+        .await;
+    let a1 = lease_of(&taken);
+    tape.reply("fair lock a1, nobody queued", taken, &[2]);
+    tape.reply(
+        "fair lock b2 queues",
+        store
+            .eval(&FAIR_LOCK, &fair_keys, &attempt("b2", "1"))
+            .await,
+        &[1, 2],
+    );
+    tape.reply(
+        "fair unlock a1: granted to b2",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock(&a1, "lease"))
+            .await,
+        &[],
+    );
+    let confirmed = store
+        .eval(&FAIR_LOCK, &fair_keys, &attempt("b2", "1"))
+        .await;
+    let b2 = lease_of(&confirmed);
+    tape.reply("fair lock b2 confirms its grant", confirmed, &[2]);
+    tape.record("fair queue gone", store.key_type(&g(":fairq")).await);
+    tape.reply(
+        "fair unlock b2, nobody queued",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock(&b2, "lease"))
+            .await,
+        &[],
+    );
+    tape.reply(
+        "fair leave c3, nobody queued",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock("c3", "nonce"))
+            .await,
+        &[],
+    );
+    let taken = store
+        .eval(&FAIR_LOCK, &fair_keys, &attempt("d4", "0"))
+        .await;
+    let d4 = lease_of(&taken);
+    tape.reply("fair lock d4, nobody queued", taken, &[2]);
+    store.del(&g(":fence")).await.unwrap();
+    store.rpush(&g(":fence")).await.unwrap();
+    tape.reply(
+        "fair unlock d4 beside a list under the fence key",
+        store
+            .eval(&FAIR_UNLOCK, &fair_keys, &unlock(&d4, "lease"))
+            .await,
+        &[],
+    );
+    tape.record("fence key still a list", store.key_type(&g(":fence")).await);
+    tape.reply(
+        "fair lock e5 refused by the list under the fence key",
+        store
+            .eval(&FAIR_LOCK, &fair_keys, &attempt("e5", "1"))
+            .await,
+        &[],
+    );
+    store.del(&g(":fence")).await.unwrap();
+    store.set(&g(":fairq"), b"user").await.unwrap();
+    tape.reply(
+        "fair lock e5 refused by a string under the queue key",
+        store
+            .eval(&FAIR_LOCK, &fair_keys, &attempt("e5", "1"))
+            .await,
+        &[],
+    );
+    tape.value("queue key untouched", store.get(&g(":fairq")).await);
 }
 
 #[test]

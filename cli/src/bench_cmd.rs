@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// Scenario to run (repeatable); all by default.
     #[arg(long = "scenario")]
     scenarios: Vec<String>,
+    /// Run every scenario, the floor included, through a proxy that adds this much each way to
+    /// every connection (a network's round trip is twice it): `100us`, `0.5ms`. With `--redis`
+    /// (a `redis://` URL) only; 0, the default, is no proxy at all.
+    #[arg(long, value_parser = duration::parse_or_zero, default_value = "0")]
+    latency: Duration,
     /// `many-leases`: how many guards to hold.
     #[arg(long, default_value_t = 10_000)]
     leases: usize,
@@ -97,6 +102,27 @@ pub fn command(args: BenchArgs) -> ExitCode {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
+    // With --latency, --redis's server is reached through a proxy that adds it each way.
+    let network = match (&target.endpoint, args.latency.is_zero()) {
+        (_, true) => None,
+        (Endpoint::Redis(url), false) => match bench::Network::new(url, args.latency) {
+            Ok(network) => Some(network),
+            Err(e) => return usage(e),
+        },
+        (_, false) => {
+            return usage(
+                "--latency needs one server, given by --redis (a proxy goes in front of it)",
+            );
+        }
+    };
+    let target = match &network {
+        Some(network) => crate::target::Target {
+            endpoint: Endpoint::Redis(network.url().to_owned()),
+            ..target
+        },
+        None => target,
+    };
+    let one_way_us = args.latency.as_secs_f64() * 1e6;
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let rows = rt.block_on(async {
         if !args.redlock.is_empty() {
@@ -127,7 +153,17 @@ pub fn command(args: BenchArgs) -> ExitCode {
     });
     eprintln!();
     match rows {
-        Ok(rows) => {
+        Ok(mut rows) => {
+            for row in &mut rows {
+                row.one_way_latency_us = one_way_us;
+            }
+            if let Some(network) = &network {
+                eprintln!(
+                    "every connection ({}) went through a proxy adding {:?} each way",
+                    network.connections(),
+                    network.one_way()
+                );
+            }
             if args.json {
                 println!(
                     "{}",

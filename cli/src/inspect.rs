@@ -1,12 +1,14 @@
-//! `tairlock inspect KEY`: which kind of lock the key names (forced by `--rw`, `--sem` or
-//! `--legacy`, named by the key's suffix, or detected), and its report from [`admin`] (the
-//! expire lock), [`rw_inspect`], [`sem_inspect`] or [`legacy_inspect`].
+//! `tairlock inspect KEY`: which kind of lock the key names (forced by `--rw`, `--sem`,
+//! `--legacy` or `--token`, named by the key's suffix, or detected), and its report from
+//! [`admin`] (the expire lock), [`rw_inspect`], [`sem_inspect`], [`legacy_inspect`] or
+//! [`token_inspect`].
 //!
 //! Detection, in order: a semaphore (the plain lock key absent, its holders key present), a
 //! reader/writer lock (the plain lock key absent, one of its keys present), a legacy key (KEY
-//! itself, exactly as given, holds a legacy timestamp and the plain lock key is absent), else
-//! the expire lock. A KEY that is not a valid lock name (a legacy key with braces, say) is
-//! looked at only as a legacy key.
+//! itself, exactly as given, holds a legacy timestamp and the plain lock key is absent), a
+//! token lock (KEY itself holds a string of a token's shape and the plain lock key is absent),
+//! else the expire lock. A KEY that is not a valid lock name (a key with braces, say) is looked
+//! at only as a legacy key or a token lock.
 
 use std::process::ExitCode;
 
@@ -17,7 +19,7 @@ use tairlock_legacy::WatchStore;
 use crate::exit::{Exit, usage};
 use crate::flags::{KeyArgs, keyspace_of};
 use crate::target::StoreJob;
-use crate::{admin, legacy_inspect, rw_inspect, sem_inspect};
+use crate::{admin, legacy_inspect, rw_inspect, sem_inspect, token_inspect};
 
 /// `tairlock inspect`'s flags.
 #[derive(Args, Debug)]
@@ -36,6 +38,12 @@ pub struct InspectArgs {
     /// key's TTL and the last fencing token (detected automatically when KEY holds one).
     #[arg(long, conflicts_with_all = ["rw", "sem", "prefix"])]
     legacy: bool,
+    /// Inspect a token lock (redis-py's Lock, node redlock, redis-semaphore's mutex, redsync,
+    /// tairlock's TokenLock): KEY exactly as that library names it, holding a random token with
+    /// a TTL; shows the token, the TTL and the last fencing token a TokenLock issued (detected
+    /// automatically when KEY holds a string of a token's shape).
+    #[arg(long, conflicts_with_all = ["rw", "sem", "legacy", "prefix"])]
+    token: bool,
 }
 
 /// Print `value` as pretty JSON.
@@ -56,10 +64,22 @@ struct InspectJob {
     rw: bool,
     sem: bool,
     legacy: bool,
+    token: bool,
     json: bool,
 }
 
 impl InspectJob {
+    /// Print the token lock at KEY.
+    async fn token<S: WatchStore>(&self, store: S) -> tairlock::Result<()> {
+        let report = token_inspect::inspect(store, &self.key).await?;
+        if self.json {
+            print_json(&report);
+        } else {
+            print!("{}", report.text());
+        }
+        Ok(())
+    }
+
     /// Print the legacy lock at KEY.
     async fn legacy<S: WatchStore>(&self, store: &S) -> tairlock::Result<()> {
         let report = legacy_inspect::inspect(store, &self.key).await?;
@@ -81,9 +101,17 @@ impl StoreJob for InspectJob {
             self.legacy(&store).await?;
             return Ok(true);
         }
+        if self.token {
+            self.token(store).await?;
+            return Ok(true);
+        }
         let Some((keyspace, name)) = self.lock.clone() else {
             if legacy_inspect::detect(&store, &self.key, None).await? {
                 self.legacy(&store).await?;
+                return Ok(true);
+            }
+            if token_inspect::detect(&store, &self.key).await? {
+                self.token(store).await?;
                 return Ok(true);
             }
             return Ok(false);
@@ -118,6 +146,14 @@ impl StoreJob for InspectJob {
             self.legacy(&store).await?;
             return Ok(true);
         }
+        // KEY itself holds a token while no expire lock has that name: a token lock.
+        if self.key != expire_key
+            && store.key_type(&expire_key).await? == "none"
+            && token_inspect::detect(&store, &self.key).await?
+        {
+            self.token(store).await?;
+            return Ok(true);
+        }
         let locks = tairlock::ExpireLock::with_options(
             store,
             tairlock::Options::default().keyspace(keyspace),
@@ -139,12 +175,13 @@ pub fn command(args: InspectArgs) -> ExitCode {
         rw,
         sem,
         legacy,
+        token,
     } = args;
     let target = match key.target() {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
-    if legacy && key.key.is_empty() {
+    if (legacy || token) && key.key.is_empty() {
         return usage("the lock key is empty");
     }
     let named_sem = sem_inspect::split_key(&key.key);
@@ -163,15 +200,16 @@ pub fn command(args: InspectArgs) -> ExitCode {
         lock,
         key: key.key.clone(),
         rw: !legacy && (rw || named_rw),
-        sem: !legacy && (sem || named_sem.is_some()),
+        sem: !legacy && !token && (sem || named_sem.is_some()),
         legacy,
+        token,
         json: key.json,
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     match rt.block_on(target.on(job)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => usage(format!(
-            "{} (and {:?} holds no legacy lock timestamp)",
+            "{} (and {:?} holds no legacy lock timestamp, nor a token)",
             bad_name.unwrap_or_default(),
             key.key
         )),

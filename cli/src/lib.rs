@@ -7,8 +7,9 @@
 //! |---|---|
 //! | `tairlock race` | contending clients run each lock algorithm under stalls, crashes and clock skew; a table counts overlaps, foreign deletions, accepted stale writes and stuck locks |
 //! | `tairlock run KEY -- CMD…` | runs a command while holding a lock, like `flock(1)`: no process started for the command runs after the lease's deadline |
-//! | `tairlock inspect KEY` | a lock's holder, expiry and fencing token; a reader/writer lock's readers, a semaphore's holders, a legacy key's timestamp |
-//! | `tairlock unlock --force KEY` | deletes a stuck lock of any kind, and refuses a key that holds anything else |
+//! | `tairlock inspect KEY` | a lock's holder, expiry and fencing token; a reader/writer lock's readers, a semaphore's holders, a legacy key's timestamp, a token lock's token |
+//! | `tairlock unlock --force KEY` | deletes a stuck lock of any kind, and refuses a key that holds anything else; `--if-value` deletes only the holding that was looked at |
+//! | `tairlock scan [PATTERN]` | finds every lock in a live keyspace, reading only, and with `--stuck` the ones nobody can take without help |
 //! | `tairlock bench` | throughput and latency of each primitive against the round-trip floor measured in the same run |
 //!
 //! The locks are those of [`tairlock`], [`tairlock_rwlock`] and [`tairlock_legacy`]; the race
@@ -21,8 +22,8 @@
 //!   `tairlock-testing` crate.
 //! - [`bench_cmd`]: `tairlock bench`; its scenarios and table are in [`bench`](mod@bench).
 //! - [`inspect`]: `tairlock inspect`, which picks the report of [`admin`] (the expire lock),
-//!   [`rw_inspect`] (reader/writer locks), [`sem_inspect`] (semaphores) or [`legacy_inspect`]
-//!   (legacy `SETNX`/`GETSET` keys).
+//!   [`rw_inspect`] (reader/writer locks), [`sem_inspect`] (semaphores), [`legacy_inspect`]
+//!   (legacy `SETNX`/`GETSET` keys) or [`token_inspect`] (token locks: redis-py, redlock, ...).
 //! - [`unlock`]: `tairlock unlock --force`, for every lock kind.
 //! - [`scan`]: `tairlock scan`, every lock in a live keyspace (read-only), and the stuck ones.
 //! - [`run_args`]: `tairlock run`'s flags; `run` and `run::job` (Unix only): `tairlock run KEY
@@ -54,4 +55,5 @@ pub mod rw_inspect;
 pub mod scan;
 pub mod sem_inspect;
 pub mod target;
+pub mod token_inspect;
 pub mod unlock;

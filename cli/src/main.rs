@@ -46,7 +46,9 @@ enum Command {
     /// (--rw, or detected), the writer, the live readers with their leases, and writer intent;
     /// for a semaphore (--sem, or detected), its holders with their permits and leases; for a
     /// legacy SETNX/GETSET key (--legacy, or detected), its timestamp, the expiry it encodes by
-    /// the server's clock, the key's TTL and the last fencing token.
+    /// the server's clock, the key's TTL and the last fencing token; for a token lock of
+    /// redis-py, node redlock and the like (--token), its token, its TTL and the last fencing
+    /// token a TokenLock issued.
     Inspect(InspectArgs),
     /// Run a command while holding a lock (watchdog on): no process it starts runs past the
     /// lease's deadline. A supervisor in a group of its own stops everything the command started
@@ -54,7 +56,8 @@ enum Command {
     /// runs out when renewals fail, when tairlock is stopped, and kills it if tairlock dies; the
     /// lock is held while any of it lives. The lock is an expire lock (optionally --fair), a
     /// reader/writer lock's read or write side (--read, --write), a semaphore's permit
-    /// (--permits), or a legacy SETNX/GETSET key (--legacy). Exit codes: the command's; 75 not
+    /// (--permits), a token lock shared with redis-py's Lock, node redlock and the like
+    /// (--token), or a legacy SETNX/GETSET key (--legacy). Exit codes: the command's; 75 not
     /// acquired within --wait; 76 lease lost; 69 store error; 71 supervision not set up; 126
     /// command not executable; 127 command not found.
     Run(RunArgs),
@@ -65,8 +68,11 @@ enum Command {
     #[command(name = "__exec", hide = true)]
     Exec(ExecArgs),
     /// Delete a lock whoever holds it: an expire lock, a reader/writer lock (--rw, or detected:
-    /// its writer, live readers and writer intent) or a legacy key (--legacy). Refuses a key
-    /// that holds anything but one of our locks (exit 5).
+    /// its writer, live readers and writer intent), a semaphore (--sem, or detected: every
+    /// holder's permits), a legacy key (--legacy) or a token lock of redis-py, node redlock and
+    /// the like (--token). With --if-value VALUE (the lease, timestamp or token inspect showed),
+    /// only that holding is deleted, by compare-and-delete; a lock taken or renewed since is
+    /// refused (exit 5). Refuses a key that holds anything but one of our locks (exit 5).
     Unlock(UnlockArgs),
     /// Find every lock in a live keyspace, reading only (nothing is ever written): this
     /// project's expire locks, fair queues, reader/writer locks and semaphores, legacy

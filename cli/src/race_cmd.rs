@@ -34,7 +34,8 @@ pub struct RaceArgs {
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Scenario to run (repeatable): short-stalls, long-stalls, crashes, clock-skew.
+    /// Scenario to run (repeatable): short-stalls, long-stalls, crashes, clock-skew,
+    /// reply-outages.
     #[arg(long = "scenario")]
     scenarios: Vec<Scenario>,
     /// Algorithm to run (repeatable); all by default.

@@ -2,11 +2,14 @@
 //!
 //! The lock is held with the watchdog on (renewed at a third of `--ttl`). It is one of the kinds
 //! in [`kinds`]: the expire lock (plain, or `--fair`), a reader/writer lock's read or write side
-//! (`--read`, `--write`), a semaphore's permit (`--permits`), or a legacy `SETNX`/`GETSET` key
-//! ([`legacy`], `--legacy`); the supervision below is the same for all of them. The command gets
-//! `TAIRLOCK_KEY` (the key the hold lives in), `TAIRLOCK_NAME` and, when the kind issues one,
-//! `TAIRLOCK_FENCE` (the fencing token: pass it along with every write, so a resource can reject
-//! a holder that was paused past its lease; readers and the `getset` legacy kind get none).
+//! (`--read`, `--write`), a semaphore's permit (`--permits`), a token lock in the format of
+//! redis-py, node redlock and the like (`--token`, a [`tairlock::TokenLock`] on KEY exactly as
+//! named), or a legacy `SETNX`/`GETSET` key ([`legacy`], `--legacy`); the supervision below is
+//! the same for all of them. The command gets `TAIRLOCK_KEY` (the key the hold lives in),
+//! `TAIRLOCK_NAME` and, when the kind issues one, `TAIRLOCK_FENCE` (the fencing token: pass it
+//! along with every write, so a resource can reject a holder that was paused past its lease;
+//! readers and the `getset` legacy kind get none, and a token lock's orders only the holders
+//! that took it with this project's clients, since the other libraries do not fence).
 //!
 //! # The promise
 //!

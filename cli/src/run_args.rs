@@ -20,7 +20,8 @@ use crate::flags::{ConnArgs, PubSubArg};
 #[command(group = clap::ArgGroup::new("side").args(["read", "write"]))]
 pub struct RunArgs {
     /// The lock name (e.g. nightly-backup) or its full key; with --legacy, the key exactly as
-    /// the old code names it (e.g. lock.orderid).
+    /// the old code names it (e.g. lock.orderid); with --token, exactly as the other library
+    /// names it (e.g. reports:nightly for redis-py's `r.lock("reports:nightly")`).
     pub(crate) key: String,
     /// Lease length, renewed by the watchdog at a third of it (e.g. 30s, 10m, 1h30m).
     #[arg(long, value_parser = duration::parse, default_value = "30s")]
@@ -43,7 +44,7 @@ pub struct RunArgs {
     /// classic before), `classic` or `sharded`.
     #[arg(long, value_enum, default_value = "auto", requires = "cluster")]
     pub(crate) pubsub: PubSubArg,
-    /// Key prefix of the locks (not with --legacy, whose key is used as given).
+    /// Key prefix of the locks (not with --legacy or --token, whose key is used as given).
     #[arg(long, default_value = tairlock::keys::DEFAULT_PREFIX)]
     pub(crate) prefix: String,
     #[command(flatten)]
@@ -69,13 +70,42 @@ pub struct RunArgs {
     #[arg(long, conflicts_with_all = ["read", "write", "prefix"])]
     pub(crate) legacy: bool,
     /// With --legacy: the unit of the stored timestamps, as the old code writes them.
-    #[arg(long, value_enum, default_value = "s", requires = "legacy")]
+    // The flags that conflict with --legacy are named: clap does not ask for a flag's
+    // requirement once the flag required conflicts with one given (--token names these).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "s",
+        requires = "legacy",
+        conflicts_with_all = ["read", "write", "fair", "permits"]
+    )]
     pub(crate) unit: UnitArg,
     /// With --legacy: which kind of lock. `auto` (default) picks the strongest the server
     /// supports (scripted, else watch, else getset), as every detecting client does; `getset`
     /// is the original algorithm, which cannot renew: the command must end within --ttl.
-    #[arg(long, value_enum, default_value = "auto", requires = "legacy")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        requires = "legacy",
+        conflicts_with_all = ["read", "write", "fair", "permits"]
+    )]
     pub(crate) legacy_kind: LegacyKindArg,
+    /// Lock KEY in the token format of redis-py's Lock, node redlock, redis-semaphore's mutex
+    /// and redsync (a random token under exactly that key, with a TTL; released only by its
+    /// token), so that this job and a service using one of those exclude each other.
+    /// TAIRLOCK_FENCE is this tool's own fencing token: the other clients neither issue nor
+    /// advance one.
+    // The flags that require another kind's are named too: clap does not check a flag's
+    // requirement once the flag required conflicts with one given.
+    #[arg(
+        long,
+        conflicts_with_all = [
+            "read", "write", "legacy", "prefix", "fair", "permits", "preference", "unit",
+            "legacy_kind",
+        ]
+    )]
+    pub(crate) token: bool,
     /// Hold one of N permits of a semaphore named KEY instead of the lock: at most N commands
     /// (of every `tairlock run --permits N KEY`) run at once, each with its own lease.
     /// With --fair, they wait in the semaphore's queue on the server, first come, first served.

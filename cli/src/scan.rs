@@ -45,7 +45,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::classify::{COLLECTION_SAMPLE, Collector, Facts, Item, STRING_SAMPLE, Sample, sampled};
-pub use self::found::{Class, FenceReport, Found, PlaceReport, QueueReport, TokenReport};
+pub use self::found::{Class, FenceReport, Found, PlaceReport, QueueReport};
 use self::found::{Judge, sh_quote};
 use crate::duration;
 use crate::exit::{Exit, usage};

@@ -14,7 +14,7 @@ use tairlock::semaphore::SemaphoreInspection;
 use tairlock::{Keyspace, Semaphore, SemaphoreOptions, Store};
 
 /// The suffixes of a semaphore's keys.
-const SUFFIXES: [&str; 3] = [":sem", ":sem:h", ":sem:fence"];
+const SUFFIXES: [&str; 4] = [":sem", ":sem:h", ":sem:fence", ":sem:n"];
 
 /// One live holder, in [`SemInspectReport`].
 #[derive(Debug, Serialize)]
@@ -44,6 +44,8 @@ pub struct SemInspectReport {
     pub in_use: u32,
     /// The last fencing token issued, while retained.
     pub last_fence: Option<u64>,
+    /// The limit stored with the semaphore, while kept.
+    pub limit: Option<u32>,
 }
 
 impl SemInspectReport {
@@ -72,6 +74,7 @@ impl SemInspectReport {
                 .collect(),
             in_use: i.in_use,
             last_fence: i.last_fence,
+            limit: i.limit,
         }
     }
 
@@ -86,6 +89,9 @@ impl SemInspectReport {
             self.holders.len(),
             self.in_use
         );
+        if let Some(limit) = self.limit {
+            let _ = writeln!(out, "limit       {limit}");
+        }
         for h in &self.holders {
             let _ = writeln!(
                 out,

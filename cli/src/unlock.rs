@@ -1,31 +1,39 @@
 //! `tairlock unlock --force KEY`: delete a lock whoever holds it, for every kind — the expire
 //! lock, a reader/writer lock (its writer, every live reader, a waiting writer's intent and the
-//! fair writers' queue), and
-//! a legacy `SETNX`/`GETSET` key. A key that holds anything but one of our locks (a user's data)
+//! fair writers' queue), a semaphore (every holder's permits), a legacy `SETNX`/`GETSET` key,
+//! and a token lock of redis-py, node redlock and the like. A key that holds anything but one of
+//! our locks (a user's data)
 //! is refused, and nothing is deleted.
 //!
 //! | kind | how | refused when |
 //! |---|---|---|
 //! | expire lock | one script ([`ExpireLock::force_unlock`]) | the key is not a string, or not a `tl1:` lease |
-//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone, except a grant a fair release made since to a writer that was queued in the snapshot (its leaving gives the grant back) | any of the lock's keys holds somebody else's data |
+//! | reader/writer lock | one atomic snapshot ([`RwLock::inspect`]), then each hold it saw released by its own compare-and-delete step (the intent, each place in the fair writers' queue, the writer, each reader), each announcing the release to waiters; a hold taken after the snapshot is left alone: a writer whose fencing token is above the last one the snapshot saw issued (also one that holds the lock under the nonce of an intent or a place the snapshot saw), and a reader the snapshot did not list | any of the lock's keys holds somebody else's data |
+//! | semaphore | one snapshot ([`Semaphore::inspect`]), then each holder it saw given back by its nonce ([`Semaphore::force_release`]), each announcing the release to waiters; a holder admitted after the snapshot is left alone | a key of the semaphore holds somebody else's data |
 //! | legacy key | `WATCH`, `GET`, then `MULTI`/`DEL`/`EXEC` (no script: legacy servers may have none); repeated if the key changed in between | the key is not a string holding a bare integer timestamp |
+//! | token lock (`--token`: redis-py, node redlock, redis-semaphore, a `TokenLock`) | one snapshot of the token, then the compare-and-delete of that token ([`TokenLock::force_unlock`]); looked at again if another token took the key in between | the key holds another type than a string (any string is somebody's token to this format: name only keys that are locks) |
 //!
 //! Repeating a forced unlock is safe in the sense that it never deletes user data; it may of
 //! course delete the lock of a holder that arrived in between, which is what "force" means.
-//! `--if-value VALUE` (an expire lock's lease, or a legacy key's timestamp, as `tairlock inspect`
-//! or `tairlock scan --stuck` showed it) narrows that to exactly the holding that was looked at:
+//! `--if-value VALUE` (an expire lock's lease, a legacy key's timestamp or a token lock's token,
+//! as `tairlock inspect` or `tairlock scan --stuck` showed it) narrows that to exactly the
+//! holding that was looked at (a token lock's by the compare-and-delete of that token):
 //! the expire lock is released by compare-and-delete of that lease ([`ExpireLock::expire_unlock`]),
 //! the legacy key deleted only if it still holds that timestamp (checked under the `WATCH`), and a
 //! lock taken or renewed in between is refused (exit 5) and left alone.
 //!
 //! The command itself, [`command`], takes the flags ([`UnlockArgs`]), picks the kind (`--legacy`,
-//! `--rw`, a key named with a reader/writer suffix, or detected) and prints the report.
+//! `--token`, `--rw`, `--sem`, a key named with a reader/writer or semaphore suffix, or
+//! detected) and prints the report.
 
 use std::process::ExitCode;
 
 use clap::Args;
 use serde::Serialize;
-use tairlock::{ErrorKind, ExpireLock, Keyspace, Lease, Options, Reply, Store, Unlock};
+use tairlock::{
+    ErrorKind, ExpireLock, Keyspace, Lease, Options, Reply, Semaphore, SemaphoreOptions, Store,
+    TokenLock, Unlock,
+};
 use tairlock_legacy::WatchStore;
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
 use tairlock_legacy::wire::parse_value;
@@ -33,8 +41,8 @@ use tairlock_rwlock::RwLock;
 
 use crate::exit::{Exit, usage};
 use crate::flags::{KeyArgs, keyspace_of};
-use crate::rw_inspect;
 use crate::target::StoreJob;
+use crate::{rw_inspect, sem_inspect};
 
 /// How many times a legacy unlock retries after the key changed under its `WATCH`.
 const WATCH_ATTEMPTS: usize = 8;
@@ -48,8 +56,12 @@ pub enum Kind {
     /// A reader/writer lock, `<prefix>{name}:w`, `:r`, `:wi`, and its fair writers' queue,
     /// `:wq`, `:ww`.
     Rw,
+    /// A semaphore, `<prefix>{name}:sem` and its other keys.
+    Sem,
     /// A legacy key, exactly as named.
     Legacy,
+    /// A token lock (redis-py, node redlock, redis-semaphore, a `TokenLock`), exactly as named.
+    Token,
 }
 
 /// What `unlock --force` did: printed as text, or as JSON with `--json`.
@@ -76,6 +88,9 @@ pub struct UnlockReport {
     /// Reader/writer locks: how many places in the fair writers' queue were cleared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queued: Option<usize>,
+    /// Semaphores: how many holders' permits were given back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<usize>,
     /// Why it was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -92,6 +107,7 @@ impl UnlockReport {
             readers: None,
             intent: None,
             queued: None,
+            holders: None,
             reason: None,
         }
     }
@@ -123,7 +139,9 @@ impl UnlockReport {
         let what = match self.kind {
             Kind::Expire => "the lock",
             Kind::Rw => "the reader/writer lock",
+            Kind::Sem => "the semaphore",
             Kind::Legacy => "the legacy lock",
+            Kind::Token => "the token lock",
         };
         match self.outcome.as_str() {
             "refused" => format!(
@@ -146,6 +164,11 @@ impl UnlockReport {
                     "none"
                 },
                 self.queued.unwrap_or(0),
+            ),
+            "deleted" if self.kind == Kind::Sem => format!(
+                "released {what} {}: {} holder(s)",
+                self.name,
+                self.holders.unwrap_or(0)
             ),
             "deleted" => format!("deleted {what} {}", self.name),
             _ => format!("{what} {} is not held", self.name),
@@ -248,53 +271,66 @@ pub async fn rw<S: Store>(
         }
     };
     let (mut writer, mut readers, mut intent, mut queued) = (false, 0, false, 0);
-    // A writer's lease rotates with each renewal: one that renewed between the snapshot and
-    // its release is looked at again.
+    let seen = locks.inspect(name).await?;
+    if !seen.foreign.is_empty() {
+        let foreign: Vec<String> = seen
+            .foreign
+            .iter()
+            .map(|(key, kind)| format!("{key} holds a {kind} that is not ours"))
+            .collect();
+        return Ok(report.refused(foreign.join("; ")));
+    }
+    // Every write hold the snapshot saw has a fencing token no larger than the last one issued
+    // by then; one taken since has a larger one, and is left alone, even when its writer holds
+    // it under the nonce of an intent or a place the snapshot saw (a fair writer that got in).
+    let seen_writer = seen.writer.as_ref().map(tairlock::Lease::fence);
+    let last_fence = seen.last_fence.max(seen_writer).unwrap_or(0);
+    // The intent first: once the readers are gone, a waiting writer takes the lock with the
+    // nonce of its intent (a writer still waiting announces its intent again).
+    if let Some(waiting) = &seen.intent {
+        match locks
+            .write_abandon_as_of(name, &waiting.nonce, last_fence)
+            .await
+        {
+            Ok(n) => intent |= n > 0,
+            Err(e) => return refuse(e, report),
+        }
+    }
+    // Then the fair writers' queue, last place first: each leaves as its writer would
+    // (withdrawing an intent naming it); a place whose waiter lease ran out goes too.
+    for place in seen.queue.iter().rev() {
+        match locks
+            .fair_write_leave_as_of(name, &place.nonce, last_fence)
+            .await
+        {
+            Ok(_) => queued += 1,
+            Err(e) => return refuse(e, report),
+        }
+    }
+    // The writer's lease rotates with each renewal (its fencing token stays): one that renewed
+    // between the snapshot and its release is looked at again; a writer with another token is
+    // a new one.
+    let mut lease = seen.writer.clone();
     for _ in 0..WATCH_ATTEMPTS {
-        let seen = locks.inspect(name).await?;
-        if !seen.foreign.is_empty() {
-            let foreign: Vec<String> = seen
-                .foreign
-                .iter()
-                .map(|(key, kind)| format!("{key} holds a {kind} that is not ours"))
-                .collect();
-            return Ok(report.refused(foreign.join("; ")));
-        }
-        // The intent first: once the readers are gone, a waiting writer takes the lock with
-        // the nonce of its intent, and abandoning that nonce afterwards would delete the new
-        // writer's lease as well (a writer still waiting announces its intent again).
-        if let Some(waiting) = &seen.intent {
-            match locks.write_abandon(name, &waiting.nonce).await {
-                Ok(n) => intent |= n > 0,
-                Err(e) => return refuse(e, report),
+        let Some(current) = lease.take() else { break };
+        match locks.write_release(name, &current).await {
+            Ok(tairlock::Unlock::Released) => writer = true,
+            Ok(tairlock::Unlock::HeldByOther) => {
+                lease = locks
+                    .inspect(name)
+                    .await?
+                    .writer
+                    .filter(|again| again.fence() == current.fence());
             }
+            Ok(_) => {}
+            Err(e) => return refuse(e, report),
         }
-        // Then the fair writers' queue, last place first: each leaves as its writer would
-        // (withdrawing an intent naming it); a place whose waiter lease ran out goes too.
-        for place in seen.queue.iter().rev() {
-            match locks.fair_write_leave(name, &place.nonce).await {
-                Ok(_) => queued += 1,
-                Err(e) => return refuse(e, report),
-            }
-        }
-        let mut renewed = false;
-        if let Some(lease) = &seen.writer {
-            match locks.write_release(name, lease).await {
-                Ok(tairlock::Unlock::Released) => writer = true,
-                Ok(tairlock::Unlock::HeldByOther) => renewed = true,
-                Ok(_) => {}
-                Err(e) => return refuse(e, report),
-            }
-        }
-        for reader in &seen.readers {
-            match locks.read_release(name, &reader.nonce).await {
-                Ok(true) => readers += 1,
-                Ok(false) => {}
-                Err(e) => return refuse(e, report),
-            }
-        }
-        if !renewed {
-            break;
+    }
+    for reader in &seen.readers {
+        match locks.read_release(name, &reader.nonce).await {
+            Ok(true) => readers += 1,
+            Ok(false) => {}
+            Err(e) => return refuse(e, report),
         }
     }
     let mut report = report.deleted_if(writer || readers > 0 || intent || queued > 0);
@@ -303,6 +339,87 @@ pub async fn rw<S: Store>(
     report.intent = Some(intent);
     report.queued = Some(queued);
     Ok(report)
+}
+
+/// Force-release the semaphore `name`: give back the permits of every holder one snapshot saw,
+/// each by its nonce (a holder admitted since is left alone). The holders are not told; each
+/// finds its permits gone at its next renewal.
+///
+/// # Errors
+///
+/// Store errors; the holders released before the error stay released, and a repeat releases
+/// the rest.
+///
+/// # Cancel safety
+///
+/// Each holder is released by one script: dropped midway, some are released and the rest are
+/// not; a repeat finishes the job.
+pub async fn sem<S: Store>(
+    store: S,
+    keyspace: Keyspace,
+    name: &str,
+) -> tairlock::Result<UnlockReport> {
+    // Giving back by nonce counts against no limit.
+    let sem = Semaphore::with_options(store, 1, SemaphoreOptions::default().keyspace(keyspace));
+    let keys = sem.keys(name)?;
+    let report = UnlockReport::new(
+        name,
+        Kind::Sem,
+        vec![keys.holders, keys.holdings, keys.fence, keys.limit],
+    );
+    let seen = sem.inspect(name).await?;
+    if seen.foreign {
+        return Ok(report.refused("a key of the semaphore holds data that is not ours".into()));
+    }
+    let mut released = 0;
+    for holder in &seen.holders {
+        match sem.force_release(name, &holder.nonce).await {
+            Ok(true) => released += 1,
+            Ok(false) => {}
+            Err(e) if e.is_wrong_type() => return Ok(report.refused(e.to_string())),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut report = report.deleted_if(released > 0);
+    report.holders = Some(released);
+    Ok(report)
+}
+
+/// Force-unlock the token lock at `key` (exactly as named), whoever holds it: delete it by
+/// compare-and-delete of the token it holds ([`TokenLock::force_unlock`]) — with `expected`,
+/// only if that token is `expected`. Another holder's token taken in between is never deleted.
+/// The fence key stays, so fencing tokens keep increasing.
+///
+/// # Errors
+///
+/// Store errors (a key of another type, or a token other than `expected`, is a refusal).
+///
+/// # Cancel safety
+///
+/// Each delete is one compare-and-delete: dropped midway, the key is deleted or untouched.
+pub async fn token<S: Store>(
+    store: S,
+    key: &str,
+    expected: Option<&str>,
+) -> tairlock::Result<UnlockReport> {
+    let locks = TokenLock::new(store);
+    let report = UnlockReport::new(key, Kind::Token, vec![locks.keys(key)?.lock]);
+    let outcome = match expected {
+        Some(token) => locks.release(key, token).await.map(|unlock| match unlock {
+            Unlock::Released => report.deleted_if(true),
+            Unlock::HeldByOther => report.refused(format!(
+                "another token holds it now, not {token}: it was taken since; nothing deleted"
+            )),
+            Unlock::NotHeld => report,
+        }),
+        None => locks.force_unlock(key).await.map(|d| report.deleted_if(d)),
+    };
+    match outcome {
+        Err(e) if e.is_wrong_type() => {
+            Ok(UnlockReport::new(key, Kind::Token, vec![key.to_owned()]).refused(e.to_string()))
+        }
+        other => other,
+    }
 }
 
 /// Whether `value` reads as a legacy lock's timestamp: a Unix time, in seconds or in
@@ -414,38 +531,56 @@ pub struct UnlockArgs {
     /// the fair writers' queue (detected automatically when its keys exist).
     #[arg(long, conflicts_with = "legacy")]
     rw: bool,
+    /// Unlock a semaphore: give back every holder's permits (detected automatically when its
+    /// holders key exists and no lock key does).
+    #[arg(long, conflicts_with_all = ["legacy", "rw"])]
+    sem: bool,
     /// Unlock a legacy SETNX/GETSET lock: KEY exactly as the old code names it, deleted if it
     /// holds a bare timestamp.
     #[arg(long)]
     legacy: bool,
-    /// Only if the lock still holds exactly VALUE: an expire lock's lease (tl1:…) or a legacy
-    /// key's timestamp, as `tairlock inspect` or `tairlock scan --stuck` showed it. A lock
-    /// taken or renewed since holds another value and is refused (exit 5), not deleted.
+    /// Unlock a token lock (redis-py's Lock, node redlock, redis-semaphore's mutex, redsync,
+    /// tairlock's TokenLock): KEY exactly as that library names it, deleted by compare-and-delete
+    /// of the token it holds, whoever's it is.
+    #[arg(long, conflicts_with_all = ["rw", "sem", "legacy", "prefix"])]
+    token: bool,
+    /// Only if the lock still holds exactly VALUE: an expire lock's lease (tl1:…), a legacy
+    /// key's timestamp or a token lock's token, as `tairlock inspect` or `tairlock scan
+    /// --stuck` showed it. A lock taken or renewed since holds another value and is refused
+    /// (exit 5), not deleted.
     #[arg(long, value_name = "VALUE", conflicts_with = "rw")]
     if_value: Option<String>,
 }
 
 /// `tairlock unlock --force`, on a connected store.
 struct UnlockJob {
-    /// `(keyspace, name)`, or `None` for a legacy key.
+    /// `(keyspace, name)`, or `None` for a legacy key or a token lock.
     keyspace: Option<Keyspace>,
     name: String,
     rw: bool,
-    /// `--if-value`: a legacy key's timestamp, or the expire lock's lease.
+    /// A token lock at `name`, exactly as named.
+    token: bool,
+    /// `--if-value`: a legacy key's timestamp, the expire lock's lease, or a token lock's token.
     if_value: Option<String>,
+    sem: bool,
 }
 
 impl StoreJob for UnlockJob {
     type Output = UnlockReport;
 
     async fn run<S: WatchStore>(self, store: S) -> tairlock::Result<UnlockReport> {
+        if self.token {
+            return token(store, &self.name, self.if_value.as_deref()).await;
+        }
         let Some(keyspace) = self.keyspace else {
             return legacy(store, &self.name, self.if_value.as_deref()).await;
         };
         if let Some(lease) = self.if_value.as_deref().and_then(Lease::parse) {
             return expire_if(store, keyspace, &self.name, &lease).await;
         }
-        if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
+        if self.sem || (!self.rw && sem_inspect::detect(&store, &keyspace, &self.name).await?) {
+            sem(store, keyspace, &self.name).await
+        } else if self.rw || rw_inspect::detect(&store, &keyspace, &self.name).await? {
             rw(store, keyspace, &self.name).await
         } else {
             expire(store, keyspace, &self.name).await
@@ -459,7 +594,9 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         force,
         key,
         rw,
+        sem,
         legacy,
+        token,
         if_value,
     } = args;
     if !force {
@@ -469,7 +606,22 @@ pub fn command(args: UnlockArgs) -> ExitCode {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
-    let job = if legacy {
+    let job = if token {
+        if key.key.is_empty() {
+            return usage("the lock key is empty");
+        }
+        if if_value.as_deref().is_some_and(str::is_empty) {
+            return usage("--if-value of a token lock is its token, as inspect shows it");
+        }
+        UnlockJob {
+            keyspace: None,
+            name: key.key.clone(),
+            rw: false,
+            token: true,
+            if_value,
+            sem: false,
+        }
+    } else if legacy {
         if key.key.is_empty() {
             return usage("the lock key is empty");
         }
@@ -485,13 +637,24 @@ pub fn command(args: UnlockArgs) -> ExitCode {
             keyspace: None,
             name: key.key.clone(),
             rw: false,
+            token: false,
             if_value,
+            sem: false,
         }
     } else {
-        let (prefix, name, named_rw) = rw_inspect::split_key(&key.key, &key.prefix);
-        if named_rw && if_value.is_some() {
+        let named_sem = sem_inspect::split_key(&key.key);
+        let (prefix, name, named_rw) = match &named_sem {
+            Some((prefix, name)) => (prefix.clone(), name.clone(), false),
+            None => rw_inspect::split_key(&key.key, &key.prefix),
+        };
+        if (named_rw || rw) && if_value.is_some() {
             return usage(
-                "--if-value names an expire lock's lease or a legacy timestamp, not a reader/writer lock",
+                "--if-value names an expire lock's lease, a legacy timestamp or a token, not a reader/writer lock",
+            );
+        }
+        if (named_sem.is_some() || sem) && if_value.is_some() {
+            return usage(
+                "--if-value names an expire lock's lease, a legacy timestamp or a token, not a semaphore",
             );
         }
         if if_value
@@ -508,7 +671,9 @@ pub fn command(args: UnlockArgs) -> ExitCode {
                 keyspace: Some(keyspace),
                 name,
                 rw: rw || named_rw,
+                token: false,
                 if_value,
+                sem: sem || named_sem.is_some(),
             },
             Err(e) => return usage(e),
         }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const FIELDS: [&str; 8] = [
+const FIELDS: [&str; 10] = [
     "algorithm",
     "scenario",
     "acquisitions",
@@ -17,7 +17,9 @@ const FIELDS: [&str; 8] = [
     "foreign_deletions",
     "stale_writes_accepted",
     "stuck_locks",
+    "late_deadlines",
     "handoff_p50_us",
+    "replies_dropped",
 ];
 
 fn race(args: &[&str]) -> (i32, Vec<Value>, String) {
@@ -51,18 +53,26 @@ fn rows_of<'a>(rows: &'a [Value], algorithm: &str) -> Vec<&'a Value> {
 }
 
 /// A safe row that acquired and kept every safety count at zero: no foreign deletion, no stale
-/// write accepted, no stuck lock, and no overlap except where a holder stalls past its lease.
+/// write accepted, no stuck lock, no late deadline, and no overlap except where a holder stalls
+/// past its lease.
 fn keeps_its_zeros(row: &Value) {
     assert!(count(row, "acquisitions") > 0, "{row}");
     assert_eq!(
         count(row, "foreign_deletions")
             + count(row, "stale_writes_accepted")
-            + count(row, "stuck_locks"),
+            + count(row, "stuck_locks")
+            + count(row, "late_deadlines"),
         0,
         "{row}"
     );
+    // Overlaps only with holders already past their lease (a stall, or a machine too loaded to
+    // run them on time) are the pause every lease lock meets: fencing's to catch.
     if row["scenario"] != "long-stalls" {
-        assert_eq!(count(row, "overlaps"), 0, "{row}");
+        assert_eq!(
+            count(row, "overlaps") - count(row, "overlaps_past_lease"),
+            0,
+            "{row}"
+        );
     }
 }
 
@@ -77,7 +87,7 @@ fn embedded_race_keeps_scripted_zeros_and_counts_naive_flaws() {
         "6",
     ]);
     assert_eq!(code, 0, "exit code; stderr:\n{stderr}");
-    assert_eq!(rows.len(), 8, "2 algorithms x 4 scenarios");
+    assert_eq!(rows.len(), 10, "2 algorithms x 5 scenarios");
     for row in &rows {
         for field in FIELDS {
             assert!(row.get(field).is_some(), "{field} missing in {row}");
@@ -88,6 +98,7 @@ fn embedded_race_keeps_scripted_zeros_and_counts_naive_flaws() {
         assert_eq!(count(row, "foreign_deletions"), 0, "{row}");
         assert_eq!(count(row, "stale_writes_accepted"), 0, "{row}");
         assert_eq!(count(row, "stuck_locks"), 0, "{row}");
+        assert_eq!(count(row, "late_deadlines"), 0, "{row}");
         if row["scenario"] == "short-stalls" {
             assert_eq!(count(row, "overlaps"), 0, "{row}");
         }
@@ -166,12 +177,18 @@ fn race_on_a_real_server_holds_the_scripted_zeros() {
         assert_eq!(
             count(row, "foreign_deletions")
                 + count(row, "stale_writes_accepted")
-                + count(row, "stuck_locks"),
+                + count(row, "stuck_locks")
+                + count(row, "late_deadlines"),
             0,
             "{row}"
         );
         if row["scenario"] == "short-stalls" {
-            assert_eq!(count(row, "overlaps"), 0, "{row}");
+            // Not counting holders already past their lease (a loaded machine runs them late).
+            assert_eq!(
+                count(row, "overlaps") - count(row, "overlaps_past_lease"),
+                0,
+                "{row}"
+            );
         }
     }
     // The race cleans up after itself: no key it wrote is left behind.
@@ -216,14 +233,17 @@ fn safe_row(scenario: &str, overlaps: u64) -> tairlock_cli::race::Row {
         trials: 1,
         acquisitions: 100,
         overlaps,
+        overlaps_past_lease: 0,
         foreign_deletions: 0,
         stale_writes_accepted: 0,
         writes_rejected: 0,
         stuck_locks: 0,
+        late_deadlines: 0,
         handoff_p50_us: Some(1_500),
         handoff_p99_us: Some(4_000),
         stalls: 0,
         crashes: 0,
+        replies_dropped: 0,
         verdict: "ok".to_owned(),
         timeline: None,
     }
@@ -237,6 +257,39 @@ fn overlaps_break_a_safe_row_wherever_nobody_stalls_past_the_lease() {
     }
     // A holder paused past its lease overlaps the next one with any lease lock.
     assert!(!safe_row("long-stalls", 3).broken());
+    // Elsewhere too, when every holder found inside was past its lease (a machine too loaded
+    // to run it on time): only the overlaps with a holder still relying on its lease count.
+    for scenario in ["short-stalls", "crashes", "clock-skew"] {
+        let row = tairlock_cli::race::Row {
+            overlaps_past_lease: 3,
+            ..safe_row(scenario, 3)
+        };
+        assert!(!row.broken(), "{scenario}");
+        let row = tairlock_cli::race::Row {
+            overlaps_past_lease: 2,
+            ..safe_row(scenario, 3)
+        };
+        assert!(row.broken(), "{scenario}");
+    }
+}
+
+#[test]
+fn a_late_deadline_breaks_a_safe_row_in_every_scenario() {
+    for scenario in [
+        "short-stalls",
+        "long-stalls",
+        "crashes",
+        "clock-skew",
+        "reply-outages",
+    ] {
+        let row = tairlock_cli::race::Row {
+            late_deadlines: 1,
+            ..safe_row(scenario, 0)
+        };
+        assert!(row.broken(), "{scenario}");
+        assert_eq!(row.violations(), 1, "{scenario}");
+        assert_eq!(row.flaws(), 1, "{scenario}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -249,7 +302,7 @@ mod broken {
     use tairlock::store::memory::{CommandResult, Db};
     use tairlock::{Reply, Script, Store};
     use tairlock_cli::race::algorithms::{
-        Algorithm, Attempt, BoxFuture, Expectation, ExpireLockAlgorithm, Holding,
+        Algorithm, Attempt, BoxFuture, Expectation, ExpireLockAlgorithm, Holding, LeaseAt,
     };
     use tairlock_cli::race::client::{Client, Step};
 
@@ -308,6 +361,61 @@ mod broken {
 
         fn keys(&self, lock: &str) -> Vec<String> {
             vec![format!("{{{lock}}}")]
+        }
+    }
+
+    /// `expire-lock`, with each grant's deadline a third of the lease later than the lease
+    /// allows: as if dated from a repeat of the acquire a third of a lease after the first,
+    /// unanswered attempt took the lock.
+    pub(super) struct LateDeadline;
+
+    impl<S: Store> Algorithm<S> for LateDeadline {
+        fn name(&self) -> &'static str {
+            "late-deadline"
+        }
+
+        fn expectation(&self) -> Expectation {
+            Expectation::Safe
+        }
+
+        fn fenced(&self) -> bool {
+            true
+        }
+
+        fn try_acquire<'a>(
+            &'a self,
+            cx: &'a Client<S>,
+            lock: &'a str,
+            ttl: Duration,
+        ) -> BoxFuture<'a, Step<Attempt>> {
+            Box::pin(async move {
+                Ok(
+                    match Algorithm::<S>::try_acquire(&ExpireLockAlgorithm, cx, lock, ttl).await? {
+                        Attempt::Acquired(holding) => Attempt::Acquired(Holding {
+                            deadline: holding.deadline + ttl / 3,
+                            ..holding
+                        }),
+                        busy => busy,
+                    },
+                )
+            })
+        }
+
+        fn release<'a>(
+            &'a self,
+            cx: &'a Client<S>,
+            lock: &'a str,
+            holding: Holding,
+        ) -> BoxFuture<'a, Step<()>> {
+            Algorithm::<S>::release(&ExpireLockAlgorithm, cx, lock, holding)
+        }
+
+        fn keys(&self, lock: &str) -> Vec<String> {
+            Algorithm::<S>::keys(&ExpireLockAlgorithm, lock)
+        }
+
+        fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+            Algorithm::<S>::lease_at(&ExpireLockAlgorithm, lock, holding)
         }
     }
 
@@ -450,6 +558,81 @@ fn a_scripted_unlock_that_deletes_any_lease_is_caught_deleting_on_a_real_server(
 }
 
 #[test]
+fn a_deadline_later_than_the_lease_is_caught_on_the_embedded_store() {
+    use tairlock_cli::race::scenario::Scenario;
+    let rows = embedded_race(&config(Scenario::Crashes), Box::new(broken::LateDeadline));
+    let row = &rows[0];
+    assert!(row.acquisitions > 0, "{row:?}");
+    assert_eq!(row.late_deadlines, row.acquisitions, "every grant: {row:?}");
+    assert_eq!(row.verdict, "BROKEN");
+}
+
+#[test]
+fn a_deadline_later_than_the_lease_is_caught_on_a_real_server() {
+    use tairlock_cli::race::scenario::Scenario;
+    let server = server::RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut config = config(Scenario::ShortStalls);
+    config.latency = None;
+    config.trials = 1;
+    config.trial_length = std::time::Duration::from_millis(1500);
+    config.key_prefix = format!("race-test:{}", std::process::id());
+    let rows = rt.block_on(async {
+        let store = tairlock::RedisStore::connect(&server.url()).await.unwrap();
+        let clock: tairlock::clock::SharedClock = std::sync::Arc::new(tairlock::clock::SystemClock);
+        tairlock_cli::race::run_algorithms(
+            store,
+            clock,
+            "redis",
+            &config,
+            vec![
+                Box::new(broken::LateDeadline),
+                Box::new(tairlock_cli::race::algorithms::ExpireLockAlgorithm),
+            ],
+            |_| {},
+        )
+        .await
+        .unwrap()
+    });
+    let (late, right) = (&rows[0], &rows[1]);
+    assert!(late.acquisitions > 0, "{late:?}");
+    // A third of the lease (33 ms) beyond the end: far more than a read's round trip, so the
+    // audit's bound from above still catches every one.
+    assert_eq!(late.late_deadlines, late.acquisitions, "{late:?}");
+    assert_eq!(late.verdict, "BROKEN");
+    assert!(right.acquisitions > 0, "{right:?}");
+    assert_eq!(right.late_deadlines, 0, "{right:?}");
+    assert_eq!(right.verdict, "ok", "{right:?}\n{}", server.log_section());
+}
+
+/// Replies of acquires dropped for longer than any retry, then healed: a safe algorithm that
+/// repeats its acquire with the same nonce must date the grant it finds by the lease the
+/// server reports, not from the repeat. Every safe row keeps every zero, late deadlines
+/// included; every row had replies dropped.
+#[test]
+fn every_safe_row_keeps_its_zeros_under_reply_outages() {
+    let (code, rows, stderr) = race(&["--scenario", "reply-outages", "--trials", "3"]);
+    let broken: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["expectation"] == "safe" && r["verdict"] != "ok")
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "broken rows: {broken:#?}\nstderr:\n{stderr}"
+    );
+    assert_eq!(code, 0, "stderr:\n{stderr}");
+    for row in &rows {
+        assert!(count(row, "replies_dropped") > 0, "{row}");
+        if row["expectation"] == "safe" {
+            keeps_its_zeros(row);
+        }
+    }
+    // A dropped reply to `SETNX` leaves the naive recipe's key without a TTL.
+    let naive = rows_of(&rows, "naive-setnx-expire");
+    assert!(count(naive[0], "stuck_locks") > 0, "{}", naive[0]);
+}
+
+#[test]
 fn a_deletion_between_the_grant_and_the_acquires_return_is_counted() {
     use tairlock_cli::race::scenario::Scenario;
     let mut config = config(Scenario::ClockSkew);
@@ -537,7 +720,7 @@ fn the_rw_fair_writers_row_keeps_every_zero() {
         }
         let (code, rows, stderr) = race(&args);
         assert_eq!(code, 0, "stderr:\n{stderr}\n{}", server.log_section());
-        assert_eq!(rows.len(), if store.is_some() { 2 } else { 4 }, "{rows:?}");
+        assert_eq!(rows.len(), if store.is_some() { 2 } else { 5 }, "{rows:?}");
         for row in rows_of(&rows, "rw-fair-writers") {
             assert_eq!(row["expectation"], "safe", "{row}");
             keeps_its_zeros(row);

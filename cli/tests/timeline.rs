@@ -137,6 +137,7 @@ fn check_against_rows(svg: &str, rows: &[Value]) -> u64 {
             ("overlap", "overlaps"),
             ("foreign-deletion", "foreign_deletions"),
             ("stale-write", "stale_writes_accepted"),
+            ("late-deadline", "late_deadlines"),
         ] {
             let n = panel.violations.get(kind).copied().unwrap_or(0);
             assert_eq!(n, count(row, field), "{kind} markers of {panel:?} vs {row}");
@@ -151,6 +152,7 @@ fn check_against_rows(svg: &str, rows: &[Value]) -> u64 {
             ("overlaps", "overlaps"),
             ("foreign deletions", "foreign_deletions"),
             ("stale writes accepted", "stale_writes_accepted"),
+            ("late deadlines", "late_deadlines"),
         ] {
             let shown = format!("{label} {}", count(row, field));
             assert!(
@@ -205,8 +207,8 @@ fn embedded_timeline_marks_exactly_the_violations_of_the_json_rows() {
     // The recipes and their fixes, each under every scenario.
     assert_eq!(
         rows.len(),
-        24,
-        "6 algorithms x 4 scenarios; stderr:\n{stderr}"
+        30,
+        "6 algorithms x 5 scenarios; stderr:\n{stderr}"
     );
     assert!(
         rows.iter().all(|r| count(r, "trials") == 1),
@@ -254,7 +256,7 @@ fn drawing_the_timeline_changes_no_count() {
         "rw-two-step",
     ];
     let (_, plain, stderr) = race(&common);
-    assert_eq!(plain.len(), 8, "stderr:\n{stderr}");
+    assert_eq!(plain.len(), 10, "stderr:\n{stderr}");
     let mut args = common.to_vec();
     args.extend(["--timeline", file.arg()]);
     let (_, drawn, stderr) = race(&args);

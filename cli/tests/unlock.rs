@@ -6,6 +6,8 @@
 //!   removed, then its writer; the readers' `tairlock run`s find their lease gone (exit 76) and
 //!   the waiting writer gets in. The fair writers' queue is cleared too. A lock key holding user
 //!   data is refused, nothing deleted.
+//! - A semaphore (detected, `--sem`, or named by its key): every holder's permits given back;
+//!   the holder's `tairlock run` finds its lease gone (exit 76); user data refused, untouched.
 //! - A legacy key (`--legacy`): a timestamp deleted; a counter, a hash or an absent key refused
 //!   or reported, never deleted.
 //! - `--json` prints one JSON object for every outcome, refusals included.
@@ -334,4 +336,57 @@ fn help_lists_every_exit_code_by_name() {
     assert_eq!(out.status.code(), Some(2));
     let out = tairlock(&["unlock", "--force", "--rw", "--legacy", "job"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// A semaphore (detected, or `--sem`, or named by its key): every holder's permits are given
+/// back, and a `tairlock run --permits` holding one finds its lease gone (exit 76).
+#[test]
+fn a_semaphore_is_force_released_with_json() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("sem");
+    let (up, stderr) = (dir.file("up"), dir.file("stderr"));
+    let mut holder = run(
+        &server,
+        "pool",
+        &["--permits", "2", "--ttl", "3s"],
+        &format!("touch {}; sleep 20", up.display()),
+        &stderr,
+    )
+    .spawn()
+    .unwrap();
+    until(Duration::from_secs(10), "the permit holder", || up.exists());
+    let (code, json) = unlock_json(&server, "pool", &[]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(
+        (&json["kind"], &json["outcome"], &json["holders"]),
+        (
+            &Value::from("sem"),
+            &Value::from("deleted"),
+            &Value::from(1)
+        ),
+        "{json}"
+    );
+    assert_eq!(server.cli(&["ZCARD", "tairlock:{pool}:sem"]), "0");
+    assert_eq!(wait(&mut holder, Duration::from_secs(15), &stderr), 76);
+    for args in [&["--sem"][..], &[]] {
+        let key = if args.is_empty() {
+            "tairlock:{pool}:sem"
+        } else {
+            "pool"
+        };
+        let (code, json) = unlock_json(&server, key, args);
+        assert_eq!(
+            (code, &json["outcome"]),
+            (0, &Value::from("not-held")),
+            "{json}"
+        );
+    }
+    server.cli(&["SET", "tairlock:{pool}:sem", "user data"]);
+    let (code, json) = unlock_json(&server, "pool", &["--sem"]);
+    assert_eq!(
+        (code, &json["outcome"]),
+        (5, &Value::from("refused")),
+        "{json}"
+    );
+    assert_eq!(server.cli(&["GET", "tairlock:{pool}:sem"]), "user data");
 }

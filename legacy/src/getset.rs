@@ -71,7 +71,7 @@ use std::time::Duration;
 
 use tairlock::{Result, Store};
 
-use crate::options::{Holding, Options, Release, TryAcquire, deadline};
+use crate::options::{Holding, Options, Release, TryAcquire};
 use crate::wire::{not_a_timestamp, parse_value, validate_key};
 
 /// The jeffkit lock, verbatim. See the [module docs](self).
@@ -422,12 +422,22 @@ impl<S: Store> AcquireAttempt<'_, S> {
             value: self.timestamp,
             unit,
             fence: None,
-            deadline: deadline(
+            deadline: believed_until(
                 self.started,
                 unit.remaining(self.timestamp, self.started_at),
             ),
         })
     }
+}
+
+/// What the original believes of the lock it took: the timestamp it wrote, read by its own clock
+/// as the attempt started — `left` after `started` — less the drift allowance every kind makes
+/// (1% + 2 ms). Not the deadline rule ([`tairlock::deadline::local_deadline`]): no server
+/// reports a time to live here (the key has none), and this recipe is kept, flaws included
+/// (F2: another client's clock may judge the lock expired sooner), for comparison.
+fn believed_until(started: tokio::time::Instant, left: Duration) -> tokio::time::Instant {
+    let drift = tairlock::deadline::drift(left, tairlock::deadline::DRIFT_FACTOR);
+    started + left.saturating_sub(drift)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

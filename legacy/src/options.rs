@@ -198,8 +198,14 @@ impl Holding {
         self.unit.expires_at(self.value)
     }
 
-    /// The local instant by which this client must stop relying on the lock: the value's expiry
-    /// as seen when the attempt started, less a drift allowance (1% + 2 ms).
+    /// The local instant by which this client must stop relying on the lock. For
+    /// [`WatchLock`](crate::WatchLock) and [`ScriptedLock`](crate::ScriptedLock): when the request
+    /// that granted or renewed it was sent (the script, or the `EXEC`), plus the time to live the
+    /// server reported for the key in that same answer, less a drift allowance (1% + 2 ms): the
+    /// deadline rule ([`tairlock::deadline::local_deadline`]). For
+    /// [`GetSetLock`](crate::GetSetLock), which reads no time to live (its key has none): the
+    /// value's expiry by the client's own clock as seen when the attempt started, less the same
+    /// allowance — the original's belief, flaws included.
     pub fn deadline(&self) -> tokio::time::Instant {
         self.deadline
     }
@@ -209,11 +215,6 @@ impl Holding {
         self.deadline
             .saturating_duration_since(tokio::time::Instant::now())
     }
-}
-
-/// The local deadline for a lock with `left` to live, seen at `start`.
-pub(crate) fn deadline(start: tokio::time::Instant, left: Duration) -> tokio::time::Instant {
-    tairlock::engine::local_deadline(start, left)
 }
 
 /// The outcome of one acquisition attempt. Contention is an outcome, not an error.

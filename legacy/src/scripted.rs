@@ -6,8 +6,10 @@
 //! changes is who judges and how:
 //!
 //! - **acquire** ([`scripts::ACQUIRE`](crate::scripts::ACQUIRE)): in one script, take the key
-//!   if it is absent or its timestamp has passed *by the server's clock* (`TIME`), write the new
-//!   timestamp with a TTL that ends exactly when the timestamp does, and move the fencing token.
+//!   if it is absent, or if it has no TTL (an old client wrote it) and its timestamp has passed
+//!   *by the server's clock* (`TIME`); write the new timestamp with a TTL that ends with it, and
+//!   move the fencing token. A key with a TTL is held while it exists, as for
+//!   [`WatchLock`](crate::WatchLock): the timestamp can pass a millisecond before the key goes.
 //!   No client clock is involved (F2), no `GETSET` of a loser can rewrite a winner (F3), and the
 //!   check and the write cannot be split (F1).
 //! - **release** ([`scripts::RELEASE`](crate::scripts::RELEASE)): compare-and-delete: delete
@@ -35,13 +37,14 @@
 //!
 //! | key | type | value | TTL | written by |
 //! |---|---|---|---|---|
-//! | `K`, exactly as named | string | `now + timeout + 1` in the unit, `now` the server's (decimal) | until that timestamp passes (`PX`) | acquire, renew; deleted by release |
+//! | `K`, exactly as named | string | `now + timeout + 1` in the unit, `now` the server's (decimal) | `PX` to the last millisecond of that timestamp (counted by Redis from the script's start: the key may go a little before the timestamp passes, never after) | acquire, renew; deleted by release |
 //! | [`fence_key(K)`](crate::wire::fence_key): `{K}:fence` | string | last fencing token issued: `max(last + 1, server µs)` | lease + [`fence_retention`](crate::Options::fence_retention) | acquire; renew moves its TTL |
 //!
 //! # Sharing keys with old clients
 //!
 //! The new client is safe on its own side: it never deletes or renews anything but its own grant,
-//! and it never takes a lock whose timestamp has not passed by the server's clock. It cannot fix
+//! it never takes a key that still has a TTL, and it never takes an old client's lock whose
+//! timestamp has not passed by the server's clock. It cannot fix
 //! the old clients' side: an old client still judges by its own clock (F2), still deletes any
 //! live lock in its release (F4b), and a losing `GETSET` of an old client still rewrites the
 //! current timestamp (F3) — the lock then lasts until the old client's timestamp, has no TTL, and
@@ -53,10 +56,11 @@ use std::time::Duration;
 
 use tairlock::engine::Waiters;
 
+use tairlock::deadline::{Remaining, local_deadline};
 use tairlock::script::unexpected;
 use tairlock::{Error, ErrorKind, Reply, Result, Script, Store};
 
-use crate::options::{Holding, Options, Release, Renew, TryAcquire, deadline};
+use crate::options::{Holding, Options, Release, Renew, TryAcquire};
 use crate::scripts::{ACQUIRE, RELEASE, RENEW};
 use crate::wire::{fence_key, parse_value, validate_key};
 
@@ -116,8 +120,9 @@ impl<S: Store> ScriptedLock<S> {
         &self.options
     }
 
-    /// Take the lock if it is free or its timestamp has passed by the server's clock. One round
-    /// trip.
+    /// Take the lock if it is free, or if an old client's lock on it (a key without a TTL) has a
+    /// timestamp that has passed by the server's clock; a key with a TTL is held while it exists.
+    /// One round trip.
     ///
     /// # Errors
     ///
@@ -152,8 +157,7 @@ impl<S: Store> ScriptedLock<S> {
         let int = |i: usize| items.get(i).and_then(Reply::as_int);
         match int(0) {
             Some(1) => {
-                let (Some(value), Some(fence), Some(px)) = (text_int(1), text_int(2), int(3))
-                else {
+                let (Some(value), Some(fence)) = (text_int(1), text_int(2)) else {
                     return Err(unexpected(&ACQUIRE, &reply));
                 };
                 Ok(TryAcquire::Acquired(Holding {
@@ -161,7 +165,7 @@ impl<S: Store> ScriptedLock<S> {
                     value,
                     unit,
                     fence: Some(fence),
-                    deadline: deadline(sent, Duration::from_millis(px.max(0) as u64 + 1)),
+                    deadline: local_deadline(sent, Remaining::at(items, 3, &ACQUIRE)?),
                 }))
             }
             Some(0) => Ok(TryAcquire::Busy {
@@ -251,8 +255,7 @@ impl<S: Store> ScriptedLock<S> {
                     .get(1)
                     .and_then(Reply::as_str)
                     .and_then(|s| parse_value(s.as_bytes()));
-                let px = items.get(2).and_then(Reply::as_int);
-                let (Some(value), Some(px)) = (value, px) else {
+                let Some(value) = value else {
                     return Err(unexpected(&RENEW, &reply));
                 };
                 Ok(Renew::Renewed(Holding {
@@ -260,7 +263,7 @@ impl<S: Store> ScriptedLock<S> {
                     value,
                     unit,
                     fence: Some(fence),
-                    deadline: deadline(sent, Duration::from_millis(px.max(0) as u64 + 1)),
+                    deadline: local_deadline(sent, Remaining::at(items, 2, &RENEW)?),
                 }))
             }
             Some(0) => Ok(Renew::HeldByOther),

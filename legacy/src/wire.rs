@@ -35,8 +35,7 @@
 
 use std::time::Duration;
 
-use tairlock::slot::hash_tag;
-use tairlock::{Error, ErrorKind, Result};
+use tairlock::{Error, ErrorKind, Result, Ttl};
 
 /// The longest lease accepted (ten years, as the core's `MAX_TTL`); longer is a unit mistake.
 pub const MAX_LEASE: Duration = tairlock::MAX_TTL;
@@ -117,6 +116,36 @@ impl Unit {
     }
 }
 
+/// Whether an existing lock key holding `value`, with time to live `ttl`, is still held at
+/// `now` (by the clock that judges: the server's, or the client's in
+/// [`Profile::Classic`](crate::Profile::Classic)), and for how long: `None` when it is free to
+/// take. The one rule of [`WatchLock`](crate::WatchLock) and
+/// [`ScriptedLock`](crate::ScriptedLock) (whose script follows it line for line):
+///
+/// - a key with a TTL was written by one of them: it is held while it exists, for its TTL. Its
+///   timestamp is not consulted: the two can disagree by a millisecond (inside a script, Redis
+///   judges expiry by the script's start time, while the timestamp is judged by the `TIME` the
+///   script reads later), and taking over a key whose timestamp has passed but whose TTL has not
+///   would overwrite a lease its holder still relies on;
+/// - a key without a TTL was written by an old client (`SETNX` cannot set one, `GETSET` drops
+///   it): judged by its timestamp, held while `now <= value`, until the timestamp passes;
+/// - a key that is gone (it expired between two reads) is free.
+///
+/// `unit_ms` is the milliseconds per unit of `value` ([`Unit::millis`]; the scripts take it as
+/// an argument).
+pub(crate) fn held_for(value: u64, ttl: Ttl, unit_ms: u64, now: Duration) -> Option<Duration> {
+    match ttl {
+        Ttl::Missing => None,
+        Ttl::Expires(left) => Some(left),
+        Ttl::Persistent => {
+            // Expired iff now > value in whole units: held until the start of unit value + 1.
+            let ends_ms = (u128::from(value) + 1) * u128::from(unit_ms.max(1));
+            let left = ends_ms.checked_sub(now.as_millis()).filter(|ms| *ms > 0)?;
+            Some(Duration::from_millis(left.min(u128::from(u64::MAX)) as u64))
+        }
+    }
+}
+
 /// Parse a stored lock value: a decimal integer (`^[0-9]+$`, as the scripts match it).
 ///
 /// `None` for anything else: a user's string, a corrupt value, a negative number. The locks of
@@ -150,15 +179,7 @@ pub(crate) fn not_a_timestamp(key: &str) -> Error {
 /// changing its slot; its fence key is `K:fence`, which is correct on a single server but lands
 /// in another slot on a Redis Cluster (where the scripts then fail with `CROSSSLOT`).
 pub fn fence_key(key: &str) -> String {
-    if hash_tag(key) != key {
-        return format!("{key}:fence");
-    }
-    let wrapped = format!("{{{key}}}:fence");
-    if hash_tag(&wrapped) == key {
-        wrapped
-    } else {
-        format!("{key}:fence")
-    }
+    tairlock::keys::companion_key(key, ":fence")
 }
 
 /// Check a lock key: not empty.
@@ -171,6 +192,8 @@ pub(crate) fn validate_key(key: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use tairlock::slot::hash_tag;
+
     use super::*;
 
     #[test]
@@ -185,6 +208,25 @@ mod tests {
             Unit::Millis.remaining(100_451, now),
             Duration::from_millis(52)
         );
+    }
+
+    #[test]
+    fn a_key_with_a_ttl_is_held_while_it_exists_and_only_an_old_clients_by_its_timestamp() {
+        let now = Duration::from_millis(112_000);
+        // The timestamp 111 has passed at 112 s; with a TTL the key is held all the same.
+        let left = Duration::from_millis(1);
+        assert_eq!(held_for(111, Ttl::Expires(left), 1000, now), Some(left));
+        assert_eq!(held_for(111, Ttl::Persistent, 1000, now), None);
+        assert_eq!(
+            held_for(112, Ttl::Persistent, 1000, now),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(held_for(111_999, Ttl::Persistent, 1, now), None);
+        assert_eq!(
+            held_for(112_000, Ttl::Persistent, 1, now),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(held_for(200, Ttl::Missing, 1000, now), None);
     }
 
     #[test]

@@ -97,19 +97,31 @@ impl<S: Store> Step<S> {
 }
 
 impl<S: Store> Step<S> {
-    /// One plain `write_acquire`, announcing to idle shared read holds if this wait has not
-    /// yet (reader preference). A reply lost in flight leaves the flag up: the repeat announces
-    /// again, which is only a repeated hint.
-    async fn write_acquire(&self, nonce: &str) -> Result<WriteAttempt> {
+    fn is_fair_write(&self) -> bool {
+        self.mode == Mode::Write && self.fair.is_some()
+    }
+
+    /// One write attempt, the plain step or the fair queue's, announcing to idle shared read
+    /// holds if this wait has not yet (reader preference). A reply lost in flight leaves the
+    /// flag up: the repeat announces again, which is only a repeated hint.
+    async fn write_attempt(&self, nonce: &str) -> Result<WriteAttempt> {
+        let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
         let announce = self
             .announce_idle
             .as_ref()
             .is_some_and(|pending| pending.load(Ordering::SeqCst));
-        let attempt = self
-            .rw
-            .leases
-            .write_acquire(&self.name, nonce, self.ttl, self.intent, announce)
-            .await?;
+        let attempt = match &self.fair {
+            None => {
+                rw.leases
+                    .write_acquire(name, nonce, ttl, self.intent, announce)
+                    .await?
+            }
+            Some(wake) => {
+                rw.leases
+                    .fair_write_acquire(name, nonce, ttl, self.intent, self.waits, wake, announce)
+                    .await?
+            }
+        };
         if announce
             && let WriteAttempt::Blocked {
                 by: Blocker::Readers(_),
@@ -120,23 +132,6 @@ impl<S: Store> Step<S> {
             pending.store(false, Ordering::SeqCst);
         }
         Ok(attempt)
-    }
-
-    fn is_fair_write(&self) -> bool {
-        self.mode == Mode::Write && self.fair.is_some()
-    }
-
-    /// One write attempt: the plain step, or the fair queue's.
-    async fn write_attempt(&self, nonce: &str) -> Result<WriteAttempt> {
-        let (rw, name, ttl) = (&self.rw, &*self.name, self.ttl);
-        match &self.fair {
-            None => self.write_acquire(nonce).await,
-            Some(wake) => {
-                rw.leases
-                    .fair_write_acquire(name, nonce, ttl, self.intent, self.waits, wake)
-                    .await
-            }
-        }
     }
 }
 

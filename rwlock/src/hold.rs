@@ -11,7 +11,7 @@ use tairlock::{Error, ErrorKind, Lease, Result, Store, Unlock};
 use tokio::time::Instant;
 
 use crate::leases::Leases;
-use crate::types::{Release, deadline};
+use crate::types::Release;
 
 /// What this hold presents to the server.
 #[derive(Debug, Clone)]
@@ -107,9 +107,9 @@ impl<S: Store> Hold<S> {
             // A reader's renewal is keyed by its own nonce: a repeat simply renews again.
             Credential::Read(nonce) => self
                 .rw
-                .read_renew(&self.name, &nonce, attempt.ttl)
+                .read_renew_as(&self.name, &nonce, attempt.ttl, attempt.sent)
                 .await
-                .map(|renewed| renewed.map(|_| None)),
+                .map(|renewed| renewed.map(|r| (None, r.deadline()))),
             Credential::Write(lease) => self
                 .rw
                 .write_renew_as(
@@ -120,17 +120,18 @@ impl<S: Store> Hold<S> {
                     attempt.sent,
                 )
                 .await
-                .map(|renewed| renewed.map(|w| Some(w.lease().clone()))),
+                .map(|renewed| renewed.map(|w| (Some(w.lease().clone()), w.deadline()))),
         };
         self.live.renewal_outcome(&outcome);
         Ok(match outcome? {
-            Some(write) => {
+            Some((write, deadline)) => {
                 if let Some(lease) = write {
                     *self.cred.lock() = Credential::Write(lease);
                 }
-                // Dated from the first send of this renewal; a reply that lands after the old
-                // deadline marks the hold lost for good.
-                self.live.renewed(Some(deadline(attempt.sent, attempt.ttl)))
+                // Dated from the first send of this renewal, for the time its answer reports
+                // the lease has left; a reply that lands after the old deadline marks the hold
+                // lost for good.
+                self.live.renewed(Some(deadline))
             }
             None => Renewal::Lost,
         })

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tairlock::deadline::{Remaining, local_deadline};
 use tairlock::scripts::{EXPIRE_UNLOCK, RENEW};
 use tairlock::{Error, ErrorKind, Lease, Reply, Result, Script, Store, Ttl, Unlock};
 use tokio::time::Instant;
@@ -16,7 +17,7 @@ use crate::scripts::{
 };
 use crate::types::{
     IntentInfo, QueuedWriter, ReadAttempt, ReadLease, ReaderInfo, RwInspection, RwKeys, RwState,
-    WriteAttempt, WriteLease, deadline,
+    WriteAttempt, WriteLease,
 };
 
 /// One store and the options: every single step of the scripted lock. The documentation of each
@@ -108,11 +109,7 @@ impl<S: Store> Leases<S> {
         let items = array(&reply, &READ_ACQUIRE)?;
         match int_at(items, 0) {
             Some(1) => Ok(ReadAttempt::Acquired {
-                lease: ReadLease {
-                    nonce: nonce.to_owned(),
-                    expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
-                    deadline: deadline(sent, lease),
-                },
+                lease: read_grant(nonce, items, 3, sent, &READ_ACQUIRE)?,
                 readers: int_at(items, 2).unwrap_or(1).max(0) as usize,
             }),
             Some(0) => Ok(ReadAttempt::Blocked {
@@ -168,10 +165,11 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &WRITE_ACQUIRE)?;
         match int_at(items, 0) {
-            Some(1) => Ok(WriteAttempt::Acquired(WriteLease {
-                lease: lease_at(items, 1, &WRITE_ACQUIRE)?,
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(WriteAttempt::Acquired(write_grant(
+                items,
+                sent,
+                &WRITE_ACQUIRE,
+            )?)),
             Some(0) => Ok(WriteAttempt::Blocked {
                 by: blocker(items, &WRITE_ACQUIRE, &reply)?,
                 remaining: remaining(int_at(items, 2)),
@@ -186,11 +184,15 @@ impl<S: Store> Leases<S> {
     /// lease becomes `lease` long, same fencing token); else refused, and — with `queue` — this
     /// writer joins the queue or refreshes its place for
     /// [`Options::waiter_lease`](crate::Options::waiter_lease), and under writer preference the
-    /// intent names the first queued writer for `intent`. One round trip; safe to repeat.
+    /// intent names the first queued writer for `intent`. With `announce_idle` (a waiting
+    /// writer under reader preference, once per wait), refused by live readers, it announces
+    /// `idle` on the intent channel, as [`write_acquire`](Self::write_acquire) does. One round
+    /// trip; safe to repeat.
     ///
     /// # Errors
     ///
     /// As [`write_acquire`](Self::write_acquire).
+    #[allow(clippy::too_many_arguments, reason = "one per argument of the script")]
     pub(crate) async fn fair_write_acquire(
         &self,
         name: &str,
@@ -199,6 +201,7 @@ impl<S: Store> Leases<S> {
         intent: Option<Duration>,
         queue: bool,
         wake: &str,
+        announce_idle: bool,
     ) -> Result<WriteAttempt> {
         let keys = self.keys(name)?;
         writer_nonce(nonce)?;
@@ -230,15 +233,17 @@ impl<S: Store> Leases<S> {
                     if queue { "1" } else { "0" }.to_owned(),
                     keys.intent_channel,
                     self.publish_command(),
+                    if announce_idle { "1" } else { "0" }.to_owned(),
                 ],
             )
             .await?;
         let items = array(&reply, &FAIR_WRITE_ACQUIRE)?;
         match int_at(items, 0) {
-            Some(1) => Ok(WriteAttempt::Acquired(WriteLease {
-                lease: lease_at(items, 1, &FAIR_WRITE_ACQUIRE)?,
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(WriteAttempt::Acquired(write_grant(
+                items,
+                sent,
+                &FAIR_WRITE_ACQUIRE,
+            )?)),
             Some(0) => Ok(WriteAttempt::Blocked {
                 by: blocker(items, &FAIR_WRITE_ACQUIRE, &reply)?,
                 remaining: remaining(int_at(items, 2)),
@@ -256,7 +261,7 @@ impl<S: Store> Leases<S> {
     /// As [`read_acquire`](Self::read_acquire).
     pub(crate) async fn fair_write_release(&self, name: &str, lease: &Lease) -> Result<Unlock> {
         let released = self
-            .fair_write_release_by(name, lease.value(), "lease")
+            .fair_write_release_by(name, lease.value(), "lease", None)
             .await?;
         Ok(unlock_of(released))
     }
@@ -269,18 +274,47 @@ impl<S: Store> Leases<S> {
     ///
     /// As [`read_acquire`](Self::read_acquire).
     pub(crate) async fn fair_write_leave(&self, name: &str, nonce: &str) -> Result<Unlock> {
-        let released = self.fair_write_release_by(name, nonce, "nonce").await?;
+        self.fair_write_leave_as_of(name, nonce, None).await
+    }
+
+    /// [`fair_write_leave`](Self::fair_write_leave); with `last_fence`, a write lock held under
+    /// the nonce whose fencing token is larger (taken or granted after a snapshot that saw
+    /// `last_fence` last) is left alone.
+    pub(crate) async fn fair_write_leave_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: Option<u64>,
+    ) -> Result<Unlock> {
+        let released = self
+            .fair_write_release_by(name, nonce, "nonce", last_fence)
+            .await?;
         Ok(unlock_of(released))
     }
 
-    /// [`FAIR_WRITE_RELEASE`] by lease value or by nonce (`by`); the `released` part of its
-    /// reply.
-    async fn fair_write_release_by(&self, name: &str, what: &str, by: &str) -> Result<i64> {
+    /// [`FAIR_WRITE_RELEASE`] by lease value or by nonce (`by`, bounded by `last_fence`); the
+    /// `released` part of its reply.
+    async fn fair_write_release_by(
+        &self,
+        name: &str,
+        what: &str,
+        by: &str,
+        last_fence: Option<u64>,
+    ) -> Result<i64> {
         let keys = self.keys(name)?;
         let intent_ms = match self.options.preference {
             Preference::Writer => tairlock::ttl_ms(self.options.intent_lease)?,
             Preference::Reader => 0,
         };
+        let mut args = vec![
+            what.to_owned(),
+            by.to_owned(),
+            self.retention_ms(),
+            keys.channel,
+            self.publish_command(),
+            intent_ms.to_string(),
+        ];
+        args.extend(last_fence.map(|f| f.to_string()));
         let reply = self
             .eval(
                 &FAIR_WRITE_RELEASE,
@@ -291,14 +325,7 @@ impl<S: Store> Leases<S> {
                     keys.queue,
                     keys.waiters,
                 ],
-                &[
-                    what.to_owned(),
-                    by.to_owned(),
-                    self.retention_ms(),
-                    keys.channel,
-                    self.publish_command(),
-                    intent_ms.to_string(),
-                ],
+                &args,
             )
             .await?;
         array(&reply, &FAIR_WRITE_RELEASE)?
@@ -369,9 +396,20 @@ impl<S: Store> Leases<S> {
         nonce: &str,
         lease: Duration,
     ) -> Result<Option<ReadLease>> {
+        self.read_renew_as(name, nonce, lease, Instant::now()).await
+    }
+
+    /// [`read_renew`](Self::read_renew) dated from `sent`: a repeat of a renewal whose reply
+    /// was lost is dated from the first send.
+    pub(crate) async fn read_renew_as(
+        &self,
+        name: &str,
+        nonce: &str,
+        lease: Duration,
+        sent: Instant,
+    ) -> Result<Option<ReadLease>> {
         let keys = self.keys(name)?;
         let lease_ms = tairlock::ttl_ms(lease)?;
-        let sent = Instant::now();
         let reply = self
             .eval(
                 &READ_RENEW,
@@ -381,11 +419,7 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &READ_RENEW)?;
         match int_at(items, 0) {
-            Some(1) => Ok(Some(ReadLease {
-                nonce: nonce.to_owned(),
-                expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(Some(read_grant(nonce, items, 2, sent, &READ_RENEW)?)),
             Some(-1) => Ok(None),
             _ => Err(unexpected(&READ_RENEW, &reply)),
         }
@@ -433,10 +467,7 @@ impl<S: Store> Leases<S> {
             .await?;
         let items = array(&reply, &RENEW)?;
         match int_at(items, 0) {
-            Some(1) => Ok(Some(WriteLease {
-                lease: lease_at(items, 1, &RENEW)?,
-                deadline: deadline(sent, lease),
-            })),
+            Some(1) => Ok(Some(write_grant(items, sent, &RENEW)?)),
             Some(0 | -1) => Ok(None),
             _ => Err(unexpected(&RENEW, &reply)),
         }
@@ -450,13 +481,22 @@ impl<S: Store> Leases<S> {
     ///
     /// As [`read_acquire`](Self::read_acquire).
     pub(crate) async fn write_abandon(&self, name: &str, nonce: &str) -> Result<u64> {
+        self.write_abandon_as_of(name, nonce, None).await
+    }
+
+    /// [`write_abandon`](Self::write_abandon); with `last_fence`, a write lock whose fencing
+    /// token is larger (issued after a snapshot that saw `last_fence` last) is left alone.
+    pub(crate) async fn write_abandon_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: Option<u64>,
+    ) -> Result<u64> {
         let keys = self.keys(name)?;
+        let mut args = vec![nonce.to_owned(), keys.channel, self.publish_command()];
+        args.extend(last_fence.map(|f| f.to_string()));
         let reply = self
-            .eval(
-                &WRITE_ABANDON,
-                &[keys.writer, keys.intent],
-                &[nonce.to_owned(), keys.channel, self.publish_command()],
-            )
+            .eval(&WRITE_ABANDON, &[keys.writer, keys.intent], &args)
             .await?;
         reply
             .as_int()
@@ -499,11 +539,7 @@ impl<S: Store> Leases<S> {
         }?;
         let items = array(&reply, &DOWNGRADE)?;
         match int_at(items, 0) {
-            Some(1) => Ok(Some(ReadLease {
-                nonce: nonce.to_owned(),
-                expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
-                deadline: deadline(sent, read_lease),
-            })),
+            Some(1) => Ok(Some(read_grant(nonce, items, 3, sent, &DOWNGRADE)?)),
             Some(0 | -1) => Ok(None),
             _ => Err(unexpected(&DOWNGRADE, &reply)),
         }
@@ -662,6 +698,33 @@ impl<S: Store> Leases<S> {
             other => other,
         }
     }
+}
+
+/// The reader lease `nonce` a grant or renewal answered (`{1, expiry, …}`), relied on until the
+/// deadline rule's instant for the remaining time the reply reports at `at`, the request having
+/// been first sent at `sent`.
+fn read_grant(
+    nonce: &str,
+    items: &[Reply],
+    at: usize,
+    sent: Instant,
+    script: &Script,
+) -> Result<ReadLease> {
+    Ok(ReadLease {
+        nonce: nonce.to_owned(),
+        expires_at: Duration::from_millis(int_at(items, 1).unwrap_or(0).max(0) as u64),
+        deadline: local_deadline(sent, Remaining::at(items, at, script)?),
+    })
+}
+
+/// The write lease a grant or renewal answered (`{1, lease, pttl}`), relied on until the
+/// deadline rule's instant for the writer key's `PTTL` the reply reports, the request having
+/// been first sent at `sent`.
+fn write_grant(items: &[Reply], sent: Instant, script: &Script) -> Result<WriteLease> {
+    Ok(WriteLease {
+        lease: lease_at(items, 1, script)?,
+        deadline: local_deadline(sent, Remaining::at(items, 2, script)?),
+    })
 }
 
 /// The `released` part of a release script's reply as an [`Unlock`].

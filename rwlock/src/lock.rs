@@ -104,7 +104,8 @@ impl<S: Store> RwLock<S> {
 
     /// Single step: admit one reader with `nonce` for `lease`, unless a writer holds the lock
     /// (or, under [`Preference::Writer`](crate::Preference::Writer), waits for it). One round trip; safe to repeat with the
-    /// same nonce (a repeat returns the same admission).
+    /// same nonce (a repeat returns the same admission, with the time it has left: the lease's
+    /// [`deadline`](crate::ReadLease::deadline) is dated from that, never from `lease`).
     ///
     /// Guards ([`read`](Self::read) and friends) are built on this; use it directly only to
     /// drive the protocol step by step (tests, `tairlock race`).
@@ -127,7 +128,8 @@ impl<S: Store> RwLock<S> {
     /// live reader is in (and no other writer's intent is up); the lease carries a fencing
     /// token. When refused and `intent` is given, announce this writer's intent for that long
     /// (re-asserting it when this nonce's intent is already up), so new readers stay out. One
-    /// round trip; safe to repeat with the same nonce.
+    /// round trip; safe to repeat with the same nonce (a repeat returns the lease the first call
+    /// wrote, with the time it has left).
     ///
     /// # Errors
     ///
@@ -200,7 +202,7 @@ impl<S: Store> RwLock<S> {
     ) -> Result<WriteAttempt> {
         let wake = self.fair_wake_channel(name)?;
         self.leases
-            .fair_write_acquire(name, nonce, lease, intent, queue, &wake)
+            .fair_write_acquire(name, nonce, lease, intent, queue, &wake, false)
             .await
     }
 
@@ -226,9 +228,35 @@ impl<S: Store> RwLock<S> {
         self.leases.fair_write_leave(name, nonce).await
     }
 
+    /// [`fair_write_leave`](Self::fair_write_leave) for an operator working from a snapshot
+    /// ([`inspect`](Self::inspect)) whose last fencing token was `last_fence`: the place and
+    /// the intent go, but a write lock held under the nonce is given back only if its fencing
+    /// token is no larger (one taken or granted after the snapshot is left alone).
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub async fn fair_write_leave_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<Unlock> {
+        self.leases
+            .fair_write_leave_as_of(name, nonce, Some(last_fence))
+            .await
+    }
+
     /// This client's wake channel for the fair writers of `name`: a grant to one of its queued
-    /// writers is announced there.
-    pub(crate) fn fair_wake_channel(&self, name: &str) -> Result<String> {
+    /// writers is announced there (and the last reader's release, when its first queued writer
+    /// may go). For code that drives [`fair_write_acquire`](Self::fair_write_acquire) itself:
+    /// listen here (subscribed *before* the attempt) and attempt again on a message, rather than
+    /// only at the end of a polling interval, as the waiting calls do.
+    ///
+    /// # Errors
+    ///
+    /// Invalid name.
+    pub fn fair_wake_channel(&self, name: &str) -> Result<String> {
         let channel = self.keys(name)?.channel;
         Ok(format!("{channel}:w:{}", self.local.waiters.id()))
     }
@@ -274,13 +302,34 @@ impl<S: Store> RwLock<S> {
         self.leases.write_abandon(name, nonce).await
     }
 
+    /// [`write_abandon`](Self::write_abandon) for an operator working from a snapshot
+    /// ([`inspect`](Self::inspect)) whose last fencing token was `last_fence`: the write lock is
+    /// deleted only if its fencing token is no larger. A writer that took the lock after the
+    /// snapshot holds it under the nonce the snapshot saw (a fair writer, whose intent or place
+    /// it was), and is left alone; its intent goes.
+    ///
+    /// # Errors
+    ///
+    /// As [`read_acquire`](Self::read_acquire).
+    pub async fn write_abandon_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<u64> {
+        self.leases
+            .write_abandon_as_of(name, nonce, Some(last_fence))
+            .await
+    }
+
     /// Single step: turn the write lock held with `lease` into a read lock with `nonce` for
     /// `read_lease`, atomically (no writer can slip in between); waiting readers are notified.
     /// `None` when the write lease is gone.
     ///
     /// Safe to repeat with the same `nonce`: once the downgrade happened, a repeat finds its
-    /// reader and answers the same (with the reader's expiry), so a call that got no answer (a
-    /// timeout or a dropped connection) is repeated here once more than other single steps.
+    /// reader and answers the same (with the reader's expiry and the time it has left), so a
+    /// call that got no answer (a timeout or a dropped connection) is repeated here once more
+    /// than other single steps.
     ///
     /// # Errors
     ///
@@ -532,6 +581,52 @@ impl<S: Store> RwLock<S> {
             self.store().runtime(),
             "blocking_write_abandon",
             self.write_abandon(name, nonce),
+        )
+    }
+
+    /// Blocking twin of [`write_abandon_as_of`](Self::write_abandon_as_of).
+    ///
+    /// # Errors
+    ///
+    /// As [`write_abandon_as_of`](Self::write_abandon_as_of).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_write_abandon_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<u64> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_write_abandon_as_of",
+            self.write_abandon_as_of(name, nonce, last_fence),
+        )
+    }
+
+    /// Blocking twin of [`fair_write_leave_as_of`](Self::fair_write_leave_as_of).
+    ///
+    /// # Errors
+    ///
+    /// As [`fair_write_leave_as_of`](Self::fair_write_leave_as_of).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_fair_write_leave_as_of(
+        &self,
+        name: &str,
+        nonce: &str,
+        last_fence: u64,
+    ) -> Result<Unlock> {
+        tairlock::blocking::block_on(
+            self.store().runtime(),
+            "blocking_fair_write_leave_as_of",
+            self.fair_write_leave_as_of(name, nonce, last_fence),
         )
     }
 

@@ -64,8 +64,9 @@ impl ReadLease {
         self.expires_at
     }
 
-    /// The local instant by which this client must stop relying on the lease (request sent +
-    /// lease − 1% − 2 ms).
+    /// The local instant by which this client must stop relying on the lease: when the request
+    /// whose answer granted or renewed it was first sent, plus the time the server reported the
+    /// lease had left, less 1% and 2 ms ([`tairlock::deadline::local_deadline`]).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -98,7 +99,8 @@ impl WriteLease {
         self.lease.fence()
     }
 
-    /// The local instant by which this client must stop relying on the lease.
+    /// The local instant by which this client must stop relying on the lease, by the same rule
+    /// as [`ReadLease::deadline`] (the time left is the writer key's `PTTL`).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -247,12 +249,6 @@ pub struct RwState {
 /// The first characters of a nonce, for logs and `Debug` (the nonce is a credential).
 pub(crate) fn short(nonce: &str) -> String {
     format!("{}…", &nonce[..nonce.len().min(8)])
-}
-
-/// The local instant by which a lease of `ttl` requested at `sent` must be considered gone: the
-/// core's drift rule ([`local_deadline`](tairlock::engine::local_deadline)).
-pub(crate) fn deadline(sent: Instant, ttl: Duration) -> Instant {
-    tairlock::engine::local_deadline(sent, ttl)
 }
 
 /// What [`ReadGuard::release`](crate::ReadGuard::release) and

@@ -16,7 +16,7 @@
 //! | `foreign deletion` | a client's step deletes or replaces a live lease of another client's nonce (a release granting to the next waiter writes a lease for that waiter's nonce; that waiter confirming rewrites its own) |
 //! | `overlap` | a client enters while another is inside whose lease has not passed |
 //! | `fence order` | a new grant (a lease written over nothing or over another nonce's) does not carry a larger fencing token than every grant before it, or a confirmation (a lease replacing one of the same nonce) changes its token |
-//! | `stuck` | once everyone is done, the lock key or a queue key exists without a TTL |
+//! | `stuck` | once everyone is done, the lock key, a queue key or the grant record exists without a TTL |
 //! | `orphaned grant` | once everyone is done, the lock is held (or granted) under the nonce of a client that neither crashed nor holds it |
 //!
 //! The model must reach a direct handoff (a release that granted to a waiter, then confirmed), a
@@ -38,7 +38,12 @@ use crate::store::MemoryStore;
 
 const NAME: &str = "orders";
 const LOCK_KEY: &str = "tairlock:{orders}";
-const QUEUE_KEYS: [&str; 2] = ["tairlock:{orders}:fairq", "tairlock:{orders}:fairw"];
+/// The queue, its waiters, and the record of a grant not confirmed yet.
+const QUEUE_KEYS: [&str; 3] = [
+    "tairlock:{orders}:fairq",
+    "tairlock:{orders}:fairw",
+    "tairlock:{orders}:fairg",
+];
 const WAITER_LEASE: Duration = Duration::from_secs(1);
 /// The clients besides `c1` (the crash-prone one).
 const CLIENTS: [&str; 2] = ["c2", "c3"];

@@ -17,7 +17,7 @@
 //! | `server over limit` | after a step, the live holders in the zset hold more than the limit |
 //! | `fence order` | a new fencing token is not larger than the last one |
 //! | `foreign removal` | a client's step removes another client's live holder from the zset |
-//! | `stuck` | once everyone is done, a key of the semaphore exists without a TTL |
+//! | `stuck` | once everyone is done, a key of the semaphore (the stored limit included) exists without a TTL |
 //! | `leaked permit` | once everyone is done, a client that did not crash still holds a live permit |
 //! | `leaked place` | once everyone is done, a client that did not crash still has a place in the fair queue |
 //!
@@ -42,12 +42,13 @@ use crate::store::MemoryStore;
 
 const NAME: &str = "pool";
 const HOLDERS: &str = "tairlock:{pool}:sem";
-const KEYS: [&str; 5] = [
+const KEYS: [&str; 6] = [
     HOLDERS,
     "tairlock:{pool}:sem:h",
     "tairlock:{pool}:sem:fence",
     QUEUE,
     "tairlock:{pool}:sem:qw",
+    "tairlock:{pool}:sem:n",
 ];
 const QUEUE: &str = "tairlock:{pool}:sem:q";
 /// The fair mode's waiter lease: longer than the holders' lease, so that the one clock step
@@ -113,14 +114,14 @@ fn client(
         if crashed() {
             return;
         }
-        let released = block_on(sem.release(NAME, &nonce)).expect("release");
+        let released = block_on(sem.release(NAME, &permit)).expect("release");
         trace.note(format!("release -> {released}"));
         return;
     }
     if crashed() {
         return;
     }
-    let undone = block_on(sem.release(NAME, &nonce)).expect("undo");
+    let undone = block_on(sem.abandon(NAME, &nonce)).expect("undo");
     trace.note(format!("undo -> {undone}"));
 }
 

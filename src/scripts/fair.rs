@@ -157,7 +157,26 @@ pub(crate) fn grant_message(wl: u64, lease: &str) -> String {
 }
 
 fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
-    let last = check_all(db, keys)?;
+    // Nobody queued and no grant pending: the fence, the queue and the grant record are neither
+    // checked nor read (as the script).
+    let queued =
+        db.exists(&keys[2]) || db.exists(&keys[3]) || keys.get(4).is_some_and(|k| db.exists(k));
+    string_or_none(db, &keys[0], "lock")?;
+    if queued {
+        string_or_none(db, &keys[1], "fence")?;
+        check(db, &keys[2], "zset", "queue")?;
+        check(db, &keys[3], "hash", "waiters")?;
+    }
+    let grants = keys.get(4).filter(|_| queued);
+    let grant_type = match grants {
+        Some(key) => string_or_none(db, key, "grant")?,
+        None => "none",
+    };
+    let last = if queued {
+        read_fence(db, &keys[1])?.unwrap_or(0)
+    } else {
+        0
+    };
     let cur = db.get(&keys[0])?;
     if cur
         .as_ref()
@@ -165,9 +184,19 @@ fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     {
         return Err(not_a_lease());
     }
+    if let Some(key) = grants.filter(|_| grant_type == "string") {
+        grant_record(db, key)?;
+    }
+    let now = now_us(db);
+    let now_ms = now / 1000;
     let pair = |a, b| Ok(Reply::Array(vec![Reply::Int(a), Reply::Int(b)]));
     let ours = if args[1] == "nonce" {
+        let was_first = cur.is_none()
+            && first_live(db, keys, now_ms)?.is_some_and(|(head, _, _)| head == args[0].as_bytes());
         leave(db, keys, args[0].as_bytes())?;
+        if was_first && let Some((_, _, channel)) = first_live(db, keys, now_ms)? {
+            db.publish(&channel);
+        }
         let mine = format!(":{}", args[0]);
         cur.as_ref().is_some_and(|c| c.ends_with(mine.as_bytes()))
     } else {
@@ -180,28 +209,67 @@ fn unlock(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         return pair(0, 0);
     }
     db.del(&keys[0]);
-    let now = now_us(db);
-    let now_ms = now / 1000;
+    if let Some(key) = grants.filter(|_| grant_type == "string") {
+        db.del(key);
+    }
     let retention = int_arg(args, 2)? as u64;
-    while let Some(head) = head(db, &keys[2])? {
-        let info = db.hget(&keys[3], &head)?.and_then(|raw| entry(&raw));
+    if let Some((head, wl, channel)) = first_live(db, keys, now_ms)? {
         leave(db, keys, &head)?;
-        if let Some((ends, wl, channel)) = info
-            && ends > now_ms
-        {
-            let fence = (last + 1).max(now);
-            let nonce = String::from_utf8_lossy(&head);
-            let lease = format_lease(now_ms + wl, fence, &nonce);
-            db.set(&keys[0], lease.clone(), Some(Duration::from_millis(wl)));
+        let fence = (last + 1).max(now);
+        let nonce = String::from_utf8_lossy(&head);
+        let lease = format_lease(now_ms + wl, fence, &nonce);
+        db.set(&keys[0], lease.clone(), Some(Duration::from_millis(wl)));
+        db.set(
+            &keys[1],
+            fence.to_string(),
+            Some(Duration::from_millis(wl + retention)),
+        );
+        if let Some(key) = grants {
             db.set(
-                &keys[1],
-                fence.to_string(),
-                Some(Duration::from_millis(wl + retention)),
+                key,
+                format!("{nonce}:{channel}"),
+                Some(Duration::from_millis(wl)),
             );
-            db.publish_message(&channel, &grant_message(wl, &lease));
-            return pair(1, 1);
         }
+        db.publish_message(&channel, &grant_message(wl, &lease));
+        return pair(1, 1);
     }
     db.publish(&args[3]);
     pair(1, 0)
+}
+
+/// The first live waiter (nonce, waiter lease, wake channel); waiters whose place lapsed are
+/// dropped on the way.
+fn first_live(
+    db: &mut Db,
+    keys: &[String],
+    now_ms: u64,
+) -> CommandResult<Option<(Vec<u8>, u64, String)>> {
+    while let Some(head) = head(db, &keys[2])? {
+        if let Some((ends, wl, channel)) = db.hget(&keys[3], &head)?.and_then(|raw| entry(&raw))
+            && ends > now_ms
+        {
+            return Ok(Some((head, wl, channel)));
+        }
+        leave(db, keys, &head)?;
+    }
+    Ok(None)
+}
+
+/// A grant record (`<nonce>:<wake channel>`, see [`FAIR_UNLOCK`]) at `key`, a string: its nonce
+/// and channel, or NOTLOCK when it is not one.
+pub(crate) fn grant_record(db: &mut Db, key: &str) -> CommandResult<(String, String)> {
+    let raw = db.get(key)?.unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
+    match text.split_once(':') {
+        Some((nonce, channel))
+            if !nonce.is_empty() && nonce.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            Ok((nonce.to_owned(), channel.to_owned()))
+        }
+        _ => Err(CommandError::new(
+            "NOTLOCK",
+            "grant key holds a value that is not a grant record",
+        )),
+    }
 }

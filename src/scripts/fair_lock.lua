@@ -23,9 +23,16 @@
 --                (the waiter trusts a grant announcement only then: see fair_unlock).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 -- check_types, read_fence: from prelude.lua, prepended.
-local types = check_types({{KEYS[1], 'string', 'lock'}, {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}})
+-- Nobody queued (the uncontended case): the queue's keys are absent, so there is nothing to type
+-- check, skip or leave there (the fair cycle then costs what the plain one does).
+local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
+local spec = {{KEYS[1], 'string', 'lock'}, {KEYS[2], 'string', 'fence'}}
+if queued then
+  spec[3], spec[4] = {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}
+end
+local types = check_types(spec)
 if types.err then return types end
-local lock_type, fence_type, q_type, w_type = types[1], types[2], types[3], types[4]
+local lock_type, fence_type = types[1], types[2]
 local last = read_fence(KEYS[2], fence_type)
 if type(last) == 'table' then return last end
 local ttl = tonumber(ARGV[1])
@@ -55,7 +62,7 @@ local function take(fence)
   local lease = string.format('tl1:%d:%d:%s', now_ms + ttl, fence, nonce)
   redis.call('SET', KEYS[1], lease, 'PX', ttl)
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ttl + retention)
-  leave(nonce)
+  if queued then leave(nonce) end
   return {1, lease, redis.call('PTTL', KEYS[1])}
 end
 local cur = redis.call('GET', KEYS[1])
@@ -73,7 +80,7 @@ if cur then
   return {0, redis.call('PTTL', KEYS[1]), math.max(last, now_us)}
 end
 -- Free. Skip waiters whose lease ran out (crashed, or gone without leaving).
-while true do
+while queued do
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not head or head == nonce then break end
   local info = redis.call('HGET', KEYS[4], head)

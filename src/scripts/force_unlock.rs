@@ -14,7 +14,20 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     if !cur.starts_with(LEASE_PREFIX.as_bytes()) {
         return Err(not_a_lease());
     }
+    let grant = match keys.get(1) {
+        Some(key) if string_or_none(db, key, "grant")? == "string" => {
+            Some((key, super::fair::grant_record(db, key)?))
+        }
+        _ => None,
+    };
     db.del(lock);
+    if let Some((key, (nonce, channel))) = grant
+        && cur.ends_with(format!(":{nonce}").as_bytes())
+    {
+        db.del(key);
+        let revoked = format!("revoked:{}", String::from_utf8_lossy(&cur));
+        db.publish_message(&channel, &revoked);
+    }
     if let Some(channel) = args.first() {
         db.publish(channel);
     }

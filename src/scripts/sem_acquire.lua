@@ -13,6 +13,10 @@
 --   ARGV[7]  fair: the waiter lease in ms, how long a place in the queue lasts unless refreshed
 --   KEYS[4]  fair: queue    <prefix>{name}:sem:q   zset: waiter nonce -> arrival (server us)
 --   KEYS[5]  fair: waiters  <prefix>{name}:sem:qw  hash: waiter nonce -> "<place ends ms>:<permits>"
+--   KEYS[6]  limit      <prefix>{name}:sem:n      string: the limit the semaphore was given, by
+--            the first caller it admitted or queued (or by sem_set_limit); kept as long as the
+--            fence state. A caller that counts against another limit is refused (LIMIT error),
+--            nothing written: every client of one semaphore counts against one limit
 -- Fair: a caller is admitted only if the permits of the live waiters queued ahead of it, its
 -- own and those held fit under the limit (first come, first served; a waiter for many permits
 -- holds up those behind it); admitted, it leaves the queue. Waiters whose place lapsed are
@@ -29,6 +33,7 @@
 --                                           in wait ms (0 when nobody holds any: the limit
 --                                           itself is too small, impossible after validation).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
+--   error LIMIT when the semaphore's stored limit is not ARGV[3]; nothing is written.
 -- A holder is never evicted: a smaller limit only refuses new holders until enough leave.
 -- Uses check_types and now_us from prelude.lua, prepended.
 local fair = ARGV[6] == 'wait' or ARGV[6] == 'once'
@@ -38,9 +43,18 @@ if fair then
   spec[4] = {KEYS[4], 'zset', 'queue'}
   spec[5] = {KEYS[5], 'hash', 'waiters'}
 end
+spec[#spec + 1] = {KEYS[6], 'string', 'limit'}
 local types = check_types(spec)
 if types.err then return types end
 local fence_type = types[3]
+local stored = false
+if types[#spec] == 'string' then
+  local raw = redis.call('GET', KEYS[6])
+  if not string.match(raw, '^%d+$') or tonumber(raw) > 4294967295 then
+    return redis.error_reply('NOTLOCK limit key holds a value that is not a semaphore limit')
+  end
+  stored = tonumber(raw)
+end
 local last = 0
 if fence_type == 'string' then
   local raw = redis.call('GET', KEYS[3])
@@ -60,6 +74,9 @@ local permits = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 local retention = tonumber(ARGV[5])
+if stored and stored ~= limit then
+  return redis.error_reply(string.format('LIMIT semaphore limit is %d, not %d', stored, limit))
+end
 local now_micros = now_us()
 local now = math.floor(now_micros / 1000)
 -- Reap holders whose lease has passed: a crashed holder's permits come back with its lease.
@@ -80,12 +97,21 @@ local function in_use()
   end
   return used
 end
+-- The limit is stored with the semaphore, and kept as long as its fence state.
+local function keep_limit()
+  if stored then
+    stretch(KEYS[6], ttl + retention)
+  else
+    redis.call('SET', KEYS[6], string.format('%d', limit), 'PX', ttl + retention)
+  end
+end
 local expiry = now + ttl
 local mine = redis.call('HGET', KEYS[2], nonce)
 if mine and redis.call('ZSCORE', KEYS[1], nonce) then
   redis.call('ZADD', KEYS[1], string.format('%d', expiry), nonce)
   stretch(KEYS[1], ttl)
   stretch(KEYS[2], ttl)
+  keep_limit()
   local held, fence = string.match(mine, '^(%d+):(%d+)$')
   return {1, expiry, tonumber(fence), in_use(), tonumber(held), expiry - now}
 end
@@ -120,6 +146,7 @@ if used + ahead + permits > limit then
     redis.call('HSET', KEYS[5], nonce, string.format('%d:%d', now + wl, permits))
     stretch(KEYS[4], wl)
     stretch(KEYS[5], wl)
+    keep_limit()
   end
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local wait = 0
@@ -149,4 +176,5 @@ if keep < ttl + retention then
   keep = ttl + retention
 end
 redis.call('SET', KEYS[3], string.format('%d', fence), 'PX', keep)
+keep_limit()
 return {1, expiry, fence, used + permits, permits, expiry - now}

@@ -2,7 +2,9 @@
 --   KEYS[1]  holders    <prefix>{name}:sem        zset
 --   KEYS[2]  holdings   <prefix>{name}:sem:h      hash
 --   KEYS[3]  fence      <prefix>{name}:sem:fence  string
--- Returns {holders type, holdings type, last fence or false, {nonce, permits, fence, ms left}...}
+--   KEYS[4]  limit      <prefix>{name}:sem:n      string
+-- Returns {holders type, holdings type, last fence or false, limit type, limit or false,
+-- {nonce, permits, fence, ms left}...}
 -- with the live holders only (a holder whose lease has passed is not listed) in order of
 -- lease end. Writes nothing; never an error (a key holding something else shows in its type).
 local zt = redis.call('TYPE', KEYS[1])['ok']
@@ -12,8 +14,13 @@ local last = false
 if ft == 'string' then
   last = redis.call('GET', KEYS[3])
 end
+local lt = redis.call('TYPE', KEYS[4])['ok']
+local limit = false
+if lt == 'string' then
+  limit = redis.call('GET', KEYS[4])
+end
 local now = now_ms() -- from prelude.lua, prepended
-local out = {zt, ht, last}
+local out = {zt, ht, last, lt, limit}
 if zt == 'zset' and ht == 'hash' then
   local live = redis.call('ZRANGEBYSCORE', KEYS[1], string.format('%d', now), '+inf', 'WITHSCORES')
   for i = 1, #live, 2 do

@@ -2,6 +2,7 @@
 --   KEYS[1]  holders    <prefix>{name}:sem        zset
 --   KEYS[2]  holdings   <prefix>{name}:sem:h      hash
 --   KEYS[3]  fence      <prefix>{name}:sem:fence  string
+--   KEYS[4]  limit      <prefix>{name}:sem:n      string (kept as long as the fence state)
 --   ARGV[1]  the holder's nonce
 --   ARGV[2]  new lease length in ms (> 0)
 --   ARGV[3]  how long the fence state outlives the lease, in ms
@@ -11,7 +12,7 @@
 -- Error WRONGTYPE when a key holds data that is not ours; nothing is written.
 -- Uses check_types and now_ms from prelude.lua, prepended.
 local types = check_types({{KEYS[1], 'zset', 'holders'}, {KEYS[2], 'hash', 'holdings'},
-  {KEYS[3], 'string', 'fence'}})
+  {KEYS[3], 'string', 'fence'}, {KEYS[4], 'string', 'limit'}})
 if types.err then return types end
 local fence_type = types[3]
 local now = now_ms()
@@ -30,5 +31,8 @@ end
 local keep = ttl + tonumber(ARGV[3])
 if fence_type == 'string' and redis.call('PTTL', KEYS[3]) < keep then
   redis.call('PEXPIRE', KEYS[3], keep)
+end
+if types[4] == 'string' and redis.call('PTTL', KEYS[4]) < keep then
+  redis.call('PEXPIRE', KEYS[4], keep)
 end
 return {1, expiry, expiry - now}

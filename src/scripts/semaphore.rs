@@ -1,5 +1,5 @@
-//! The semaphore's scripts: [`SEM_ACQUIRE`], [`SEM_RENEW`], [`SEM_RELEASE`] and
-//! [`SEM_INSPECT`], native bodies mirroring the Lua line for line. The key layout is in
+//! The semaphore's scripts: [`SEM_ACQUIRE`], [`SEM_RENEW`], [`SEM_RELEASE`], [`SEM_INSPECT`]
+//! and [`SEM_SET_LIMIT`], native bodies mirroring the Lua line for line. The key layout is in
 //! [`semaphore`](crate::semaphore).
 
 use std::time::Duration;
@@ -36,6 +36,36 @@ pub static SEM_INSPECT: Script = Script::new(
     concat!(include_str!("prelude.lua"), include_str!("sem_inspect.lua")),
     inspect,
 );
+
+/// Change the limit stored with a semaphore. Lua: `sem_set_limit.lua`.
+pub static SEM_SET_LIMIT: Script = Script::new(
+    "sem_set_limit",
+    concat!(
+        include_str!("prelude.lua"),
+        include_str!("sem_set_limit.lua")
+    ),
+    set_limit,
+);
+
+/// The limit a limit key (a string, `key_type`) holds, or NOTLOCK when it is not one.
+fn stored_limit(db: &mut Db, key: &str, key_type: &str) -> CommandResult<Option<u64>> {
+    if key_type != "string" {
+        return Ok(None);
+    }
+    let raw = db.get(key)?.unwrap_or_default();
+    let limit = std::str::from_utf8(&raw)
+        .ok()
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u64>().ok())
+        .filter(|l| *l <= u64::from(u32::MAX));
+    match limit {
+        Some(limit) => Ok(Some(limit)),
+        None => Err(CommandError::new(
+            "NOTLOCK",
+            "limit key holds a value that is not a semaphore limit",
+        )),
+    }
+}
 
 /// `TYPE key` must be `none` or `want`; `what` names the key in the error, as the Lua does.
 fn check(db: &mut Db, key: &str, want: &str, what: &str) -> CommandResult<&'static str> {
@@ -90,6 +120,9 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         check(db, &keys[3], "zset", "queue")?;
         check(db, &keys[4], "hash", "waiters")?;
     }
+    let limit_key = &keys[5];
+    let limit_type = check(db, limit_key, "string", "limit")?;
+    let stored = stored_limit(db, limit_key, limit_type)?;
     let last = read_fence(db, fence_key)?.unwrap_or(0);
     if db
         .hgetall(holdings)?
@@ -106,6 +139,23 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
     let limit = int_arg(args, 2)? as u64;
     let ttl = int_arg(args, 3)? as u64;
     let retention = int_arg(args, 4)? as u64;
+    if let Some(stored) = stored
+        && stored != limit
+    {
+        return Err(CommandError::new(
+            "LIMIT",
+            format!("semaphore limit is {stored}, not {limit}"),
+        ));
+    }
+    // The limit is stored with the semaphore, and kept as long as its fence state.
+    let keep_limit = |db: &mut Db| match stored {
+        Some(_) => stretch(db, limit_key, ttl + retention),
+        None => db.set(
+            limit_key,
+            limit.to_string(),
+            Some(Duration::from_millis(ttl + retention)),
+        ),
+    };
     let now_us = now_us(db);
     let now = now_us / 1000;
     for (who, _) in db.zrange_by_score(holders, f64::NEG_INFINITY, now as f64 - 0.5)? {
@@ -120,6 +170,7 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         db.zadd(holders, expiry as f64, nonce)?;
         stretch(db, holders, ttl);
         stretch(db, holdings, ttl);
+        keep_limit(db);
         let (held, fence) = holding(&mine).unwrap_or_default();
         return Ok(Reply::Array(vec![
             Reply::Int(1),
@@ -158,6 +209,7 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
             db.hset(&keys[4], nonce, format!("{}:{permits}", now + wl))?;
             stretch(db, &keys[3], wl);
             stretch(db, &keys[4], wl);
+            keep_limit(db);
         }
         let first = db
             .zrange_by_score(holders, f64::NEG_INFINITY, f64::INFINITY)?
@@ -190,6 +242,7 @@ fn acquire(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply
         fence.to_string(),
         Some(Duration::from_millis(keep as u64)),
     );
+    keep_limit(db);
     Ok(Reply::Array(vec![
         Reply::Int(1),
         Reply::Int(expiry as i64),
@@ -205,6 +258,7 @@ fn renew(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> 
     check(db, holders, "zset", "holders")?;
     check(db, holdings, "hash", "holdings")?;
     let fence_type = check(db, fence_key, "string", "fence")?;
+    let limit_type = check(db, &keys[3], "string", "limit")?;
     let now = now_ms(db);
     let nonce = args[0].as_bytes();
     let live = db.zscore(holders, nonce)?.is_some_and(|s| s >= now as f64);
@@ -219,6 +273,9 @@ fn renew(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> 
     let keep = ttl + int_arg(args, 2)? as u64;
     if fence_type == "string" {
         stretch(db, fence_key, keep);
+    }
+    if limit_type == "string" {
+        stretch(db, &keys[3], keep);
     }
     Ok(Reply::Array(vec![
         Reply::Int(1),
@@ -257,8 +314,20 @@ fn inspect(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Repl
     } else {
         Reply::Nil
     };
+    let lt = db.key_type(&keys[3]);
+    let limit = if lt == "string" {
+        db.get(&keys[3])?.map_or(Reply::Nil, Reply::Data)
+    } else {
+        Reply::Nil
+    };
     let now = now_ms(db);
-    let mut out = vec![Reply::data(zt), Reply::data(ht), last];
+    let mut out = vec![
+        Reply::data(zt),
+        Reply::data(ht),
+        last,
+        Reply::data(lt),
+        limit,
+    ];
     if zt == "zset" && ht == "hash" {
         for (who, score) in db.zrange_by_score(holders, now as f64, f64::INFINITY)? {
             let info = db.hget(holdings, &who)?.and_then(|raw| holding(&raw));
@@ -273,4 +342,21 @@ fn inspect(db: &mut Db, keys: &[String], _args: &[String]) -> CommandResult<Repl
         }
     }
     Ok(Reply::Array(out))
+}
+
+fn set_limit(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
+    let (fence_key, limit_key) = (&keys[0], &keys[1]);
+    check(db, fence_key, "string", "fence")?;
+    let limit_type = check(db, limit_key, "string", "limit")?;
+    let previous = stored_limit(db, limit_key, limit_type)?.unwrap_or(0);
+    let mut keep = int_arg(args, 1)?;
+    for key in [fence_key, limit_key] {
+        keep = keep.max(db.pttl(key));
+    }
+    db.set(
+        limit_key,
+        args[0].clone(),
+        Some(Duration::from_millis(keep as u64)),
+    );
+    Ok(Reply::Int(previous as i64))
 }

@@ -228,7 +228,7 @@ impl<S: Store> Kind for Step<S> {
         // lease (or the place) would have lapsed anyway.
         let give_up = Instant::now() + self.ttl.max(self.sem.options.waiter_lease);
         let mut transient = engine::Transient::new();
-        while let Err(e) = self.sem.release(&self.name, &nonce).await {
+        while let Err(e) = self.sem.give_back(&self.name, &nonce).await {
             if !e.is_transient() || !transient.wait(Some(give_up)).await {
                 return;
             }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::lock::{Permit, Semaphore};
+use super::lock::{Given, Permit, Semaphore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::Unlock;
 use crate::guard::{Liveness, Renewal};
@@ -25,22 +25,23 @@ impl<S: Store> Shared<S> {
     /// One renewal to `ttl`, with the renewal lock held. A renewal is named by the holder's
     /// nonce, which never changes, so a repeat after no answer is the same request.
     async fn renew(&self, ttl: Duration) -> Result<Option<Instant>> {
-        self.sem.renew(&self.name, &self.permit.nonce, ttl).await
+        self.sem.renew(&self.name, &self.permit, ttl).await
     }
 
     /// Stop renewing and give the permits back; `background` for a dropped guard's release.
     async fn release(&self, background: bool) -> Result<Unlock> {
         self.live.stop_watchdog().await;
+        // Held until now, as far as this guard knows: a release whose first request got no
+        // answer, and whose repeat finds nothing, released the permits with that request.
+        let held = !self.live.is_lost();
         let outcome = self
             .sem
-            .release(&self.name, &self.permit.nonce)
+            .give_back(&self.name, &self.permit.nonce)
             .await
-            .map(|released| {
-                if released {
-                    Unlock::Released
-                } else {
-                    Unlock::NotHeld
-                }
+            .map(|given| match given {
+                Given::Released => Unlock::Released,
+                Given::Unanswered if held => Unlock::Released,
+                Given::Unanswered | Given::NotHeld => Unlock::NotHeld,
             });
         self.live.mark_lost();
         self.live.released(

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::ttl_ms;
 use crate::script::{Reply, Script};
 use crate::script::{array, unexpected};
-use crate::scripts::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW};
+use crate::scripts::{SEM_ACQUIRE, SEM_INSPECT, SEM_RELEASE, SEM_RENEW, SEM_SET_LIMIT};
 use crate::store::Store;
 
 /// The keys of one semaphore (see the [layout](super#key-layout)).
@@ -32,30 +32,46 @@ pub struct SemaphoreKeys {
     pub queue: String,
     /// The fair mode's waiters: waiter nonce → `<place ends ms>:<permits>`.
     pub waiters: String,
+    /// The limit the semaphore was given (see [the limit](super#the-limit-and-changing-it)).
+    pub limit: String,
 }
 
 impl SemaphoreKeys {
-    fn three(&self) -> [String; 3] {
+    /// Holders, holdings, fence and limit: [`SEM_RENEW`]'s and [`SEM_INSPECT`]'s keys.
+    fn four(&self) -> [String; 4] {
         [
             self.holders.clone(),
             self.holdings.clone(),
             self.fence.clone(),
+            self.limit.clone(),
         ]
     }
 
-    fn five(&self) -> [String; 5] {
+    /// [`SEM_ACQUIRE`]'s keys.
+    fn six(&self) -> [String; 6] {
         [
             self.holders.clone(),
             self.holdings.clone(),
             self.fence.clone(),
             self.queue.clone(),
             self.waiters.clone(),
+            self.limit.clone(),
         ]
     }
 }
 
-/// Permits held under one nonce, from [`Semaphore::attempt`].
+/// Permits held under one nonce, from [`Semaphore::attempt`]: the credential that renews and
+/// releases them ([`Semaphore::renew`], [`Semaphore::release`]). Only an acquisition makes one:
+/// a holder's nonce read from [`Semaphore::inspect`] is not a credential (an operator gives
+/// those permits back with [`Semaphore::force_release`]).
+///
+/// ```compile_fail
+/// # use tairlock::semaphore::Permit;
+/// # let deadline = tokio::time::Instant::now();
+/// let forged = Permit { nonce: "someone's".into(), permits: 1, fence: 1, expiry_ms: 0, deadline };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Permit {
     /// The holder's nonce: the only way to renew or release these permits.
     pub nonce: String,
@@ -112,8 +128,23 @@ pub struct SemaphoreInspection {
     pub in_use: u32,
     /// The last fencing token issued, while the fence state is retained.
     pub last_fence: Option<u64>,
+    /// The limit stored with the semaphore, while it is kept (see [the
+    /// limit](super#the-limit-and-changing-it)).
+    pub limit: Option<u32>,
     /// A key of the layout holds something that is not ours (its type is wrong).
     pub foreign: bool,
+}
+
+/// What a release by nonce found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Given {
+    /// The permits were held, and are back.
+    Released,
+    /// Nothing was held under the nonce (released already, or its lease passed).
+    NotHeld,
+    /// The first request got no answer and its repeat found nothing: the first one released
+    /// the permits, or they were gone already. The nonce is gone either way.
+    Unanswered,
 }
 
 /// A counting semaphore with per-permit leases on one store. See the [module docs](super).
@@ -164,8 +195,10 @@ impl<S: Store> Semaphore<S> {
         }
     }
 
-    /// The same semaphores counted against another limit (see [changing the
-    /// limit](super#the-limit-and-changing-it)): shrinking never evicts a live holder.
+    /// The same semaphores counted against another limit: for a semaphore whose stored limit
+    /// was changed ([`set_limit`](Self::set_limit); see [the
+    /// limit](super#the-limit-and-changing-it)). A semaphore that stores another limit refuses
+    /// this handle's acquires.
     pub fn with_limit(&self, limit: u32) -> Self {
         Semaphore {
             limit,
@@ -202,6 +235,7 @@ impl<S: Store> Semaphore<S> {
             channel: ks.key(name, ":sem:released")?,
             queue: ks.key(name, ":sem:q")?,
             waiters: ks.key(name, ":sem:qw")?,
+            limit: ks.key(name, ":sem:n")?,
         })
     }
 
@@ -261,12 +295,15 @@ impl<S: Store> Semaphore<S> {
     ///   is sent.
     /// - [`ErrorKind::WrongType`]: a key of the layout holds data that is not ours; nothing is
     ///   changed.
+    /// - [`ErrorKind::InvalidInput`] too when the semaphore stores another limit than this
+    ///   handle's (see [the limit](super#the-limit-and-changing-it)); nothing is changed.
     /// - Store errors when no answer came after one repeat.
     ///
     /// # Cancel safety
     ///
     /// If dropped after the request was sent, the permits may have been taken; repeat with the
-    /// same nonce and [`release`](Self::release) them, or their lease frees them.
+    /// same nonce and [`release`](Self::release) them, or [`abandon`](Self::abandon) the
+    /// nonce, or their lease frees them.
     pub async fn attempt(
         &self,
         name: &str,
@@ -281,7 +318,7 @@ impl<S: Store> Semaphore<S> {
     /// (or refreshes) the caller's place in the queue for the
     /// [waiter lease](SemaphoreOptions::waiter_lease); admitted, leaves it. A waiting call
     /// repeats it under one nonce within the waiter lease, and
-    /// [`release`](Self::release)s that nonce when it gives up (which leaves the queue).
+    /// [`abandon`](Self::abandon)s that nonce when it gives up (which leaves the queue).
     /// Without fair mode it is [`attempt`](Self::attempt).
     ///
     /// # Errors
@@ -334,9 +371,7 @@ impl<S: Store> Semaphore<S> {
             waiter_lease.to_string(),
         ];
         let sent = Instant::now();
-        let reply = self
-            .eval_retrying(&SEM_ACQUIRE, &keys.five(), &args)
-            .await?;
+        let reply = self.eval_retrying(&SEM_ACQUIRE, &keys.six(), &args).await?;
         let items = array(&reply, &SEM_ACQUIRE)?;
         let int = |i: usize| items.get(i).and_then(Reply::as_int);
         let bad = || unexpected(&SEM_ACQUIRE, &reply);
@@ -358,10 +393,11 @@ impl<S: Store> Semaphore<S> {
         }
     }
 
-    /// Move the lease of the holder `nonce` to `ttl` from now (server time). Returns the new
-    /// local deadline (dated, as every lease, from this call's send time and the time left the
-    /// server reports), or `None` when the holder is gone (released, or its lease passed: an
-    /// expired holder cannot come back). Safe to repeat. One round trip.
+    /// Move the lease of the permits `permit` (from [`attempt`](Self::attempt)) to `ttl` from
+    /// now (server time). Returns the new local deadline (dated, as every lease, from this
+    /// call's send time and the time left the server reports), or `None` when the holder is gone
+    /// (released, or its lease passed: an expired holder cannot come back). Safe to repeat. One
+    /// round trip.
     ///
     /// # Errors
     ///
@@ -370,12 +406,18 @@ impl<S: Store> Semaphore<S> {
     /// # Cancel safety
     ///
     /// If dropped after sending, the lease may or may not have moved; repeat it.
-    pub async fn renew(&self, name: &str, nonce: &str, ttl: Duration) -> Result<Option<Instant>> {
+    pub async fn renew(
+        &self,
+        name: &str,
+        permit: &Permit,
+        ttl: Duration,
+    ) -> Result<Option<Instant>> {
+        let nonce = &permit.nonce;
         let keys = self.keys(name)?;
         let ttl_ms = ttl_ms(ttl)?;
         let args = [nonce.to_owned(), ttl_ms.to_string(), self.retention_ms()];
         let sent = Instant::now();
-        let reply = self.eval_retrying(&SEM_RENEW, &keys.three(), &args).await?;
+        let reply = self.eval_retrying(&SEM_RENEW, &keys.four(), &args).await?;
         let items = array(&reply, &SEM_RENEW)?;
         match items.first().and_then(Reply::as_int) {
             Some(1) => Ok(Some(local_deadline(
@@ -387,9 +429,11 @@ impl<S: Store> Semaphore<S> {
         }
     }
 
-    /// Give back the permits of the holder `nonce` and wake the waiters. Returns whether they
-    /// were held (false: released already, or their lease passed). Safe to repeat. One round
-    /// trip.
+    /// Give back the permits `permit` (from [`attempt`](Self::attempt)) and wake the waiters.
+    /// Returns whether they were held (false: released already, or their lease passed). Safe
+    /// to repeat. One round trip (two when the first gets no answer: a repeat that then finds
+    /// nothing reports them released, as the first request may have: the nonce is gone either
+    /// way).
     ///
     /// # Errors
     ///
@@ -399,7 +443,51 @@ impl<S: Store> Semaphore<S> {
     ///
     /// If dropped after sending, the permits may or may not be back; repeat it, or their lease
     /// frees them.
-    pub async fn release(&self, name: &str, nonce: &str) -> Result<bool> {
+    pub async fn release(&self, name: &str, permit: &Permit) -> Result<bool> {
+        Ok(self.give_back(name, &permit.nonce).await? != Given::NotHeld)
+    }
+
+    /// Undo what the acquisition `nonce` (the caller's, from [`attempt`](Self::attempt) or
+    /// [`attempt_queued`](Self::attempt_queued)) left behind: its place in the queue, and the
+    /// permits an attempt under it took, also one whose reply never came. For a caller of the
+    /// single steps that gives up. Returns whether permits were held under it. Safe to repeat.
+    ///
+    /// # Errors
+    ///
+    /// As [`attempt`](Self::attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release).
+    pub async fn abandon(&self, name: &str, nonce: &str) -> Result<bool> {
+        if nonce.is_empty() {
+            return Err(Error::invalid("a holder's nonce may not be empty"));
+        }
+        Ok(self.give_back(name, nonce).await? != Given::NotHeld)
+    }
+
+    /// Give back the permits of the holder `nonce` whoever holds them, for operators (the
+    /// nonces are in [`inspect`](Self::inspect)): the holder is not told, and keeps running
+    /// with permits it no longer has until its next renewal finds them gone; only fencing
+    /// protects the resource then. A waiter `nonce` leaves the queue. Returns whether permits
+    /// were held under it. Safe to repeat (a nonce names one acquisition).
+    ///
+    /// # Errors
+    ///
+    /// As [`attempt`](Self::attempt).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`release`](Self::release).
+    pub async fn force_release(&self, name: &str, nonce: &str) -> Result<bool> {
+        if nonce.is_empty() {
+            return Err(Error::invalid("a holder's nonce may not be empty"));
+        }
+        Ok(self.give_back(name, nonce).await? != Given::NotHeld)
+    }
+
+    /// [`SEM_RELEASE`] of `nonce` (which also leaves the queue), repeated once after no answer.
+    pub(super) async fn give_back(&self, name: &str, nonce: &str) -> Result<Given> {
         let keys = self.keys(name)?;
         let args = [
             nonce.to_owned(),
@@ -407,11 +495,51 @@ impl<S: Store> Semaphore<S> {
             self.store.pubsub().publish_command().to_owned(),
         ];
         let keys = [keys.holders, keys.holdings, keys.queue, keys.waiters];
-        let reply = self.eval_retrying(&SEM_RELEASE, &keys, &args).await?;
-        match reply.as_int() {
-            Some(1) => Ok(true),
-            Some(-1) => Ok(false),
+        let (reply, repeated) = match self.store.eval(&SEM_RELEASE, &keys, &args).await {
+            Err(e) if e.is_unanswered() => {
+                (self.store.eval(&SEM_RELEASE, &keys, &args).await?, true)
+            }
+            other => (other?, false),
+        };
+        match (reply.as_int(), repeated) {
+            (Some(1), _) => Ok(Given::Released),
+            (Some(-1), false) => Ok(Given::NotHeld),
+            (Some(-1), true) => Ok(Given::Unanswered),
             _ => Err(unexpected(&SEM_RELEASE, &reply)),
+        }
+    }
+
+    /// Change the limit stored with the semaphore `name` to `limit`, for operators: from now on
+    /// it admits callers against `limit`, and refuses callers that count against another one
+    /// ([`ErrorKind::InvalidInput`]: give them [`with_limit`](Self::with_limit)`(limit)`).
+    /// Live holders keep their permits and renew them as before, also when they are more than
+    /// `limit` now: shrinking refuses new holders until enough have left. Returns the previous
+    /// limit, `None` when none was stored. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a limit of 0 or an invalid name, nothing sent;
+    /// [`ErrorKind::WrongType`] when a key of the layout holds data that is not ours, nothing
+    /// changed; store errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped after sending, the limit may or may not have changed; repeat it.
+    pub async fn set_limit(&self, name: &str, limit: u32) -> Result<Option<u32>> {
+        if limit == 0 {
+            return Err(Error::invalid("a semaphore's limit must be at least 1"));
+        }
+        let keys = self.keys(name)?;
+        let args = [limit.to_string(), self.retention_ms()];
+        let reply = self
+            .eval_retrying(&SEM_SET_LIMIT, &[keys.fence, keys.limit], &args)
+            .await?;
+        match reply.as_int() {
+            Some(0) => Ok(None),
+            Some(previous) if previous > 0 => {
+                Ok(Some(previous.clamp(0, i64::from(u32::MAX)) as u32))
+            }
+            _ => Err(unexpected(&SEM_SET_LIMIT, &reply)),
         }
     }
 
@@ -423,13 +551,14 @@ impl<S: Store> Semaphore<S> {
     /// Invalid name; store errors.
     pub async fn inspect(&self, name: &str) -> Result<SemaphoreInspection> {
         let keys = self.keys(name)?;
-        let reply = self.eval_retrying(&SEM_INSPECT, &keys.three(), &[]).await?;
+        let reply = self.eval_retrying(&SEM_INSPECT, &keys.four(), &[]).await?;
         let items = array(&reply, &SEM_INSPECT)?;
         let bad = || unexpected(&SEM_INSPECT, &reply);
         let text = |i: usize| items.get(i).and_then(Reply::as_str);
         let (zt, ht) = (text(0).ok_or_else(bad)?, text(1).ok_or_else(bad)?);
+        let lt = text(3).ok_or_else(bad)?;
         let mut holders = Vec::new();
-        for item in items.iter().skip(3) {
+        for item in items.iter().skip(5) {
             let fields = item.as_array().ok_or_else(bad)?;
             let int = |i: usize| fields.get(i).and_then(Reply::as_int);
             holders.push(Holder {
@@ -455,12 +584,16 @@ impl<S: Store> Semaphore<S> {
                 .fold(0, u32::saturating_add),
             holders,
             last_fence: text(2).and_then(|f| f.parse().ok()),
-            foreign: !matches!(zt, "none" | "zset") || !matches!(ht, "none" | "hash"),
+            limit: text(4).and_then(|l| l.parse().ok()),
+            foreign: !matches!(zt, "none" | "zset")
+                || !matches!(ht, "none" | "hash")
+                || !matches!(lt, "none" | "string"),
         })
     }
 
-    /// The permits free under this handle's limit now: the limit less the permits live holders
-    /// hold (0 when a larger limit's holders hold more). One round trip, read-only.
+    /// The permits free now: the limit the semaphore stores (this handle's when it stores none)
+    /// less the permits live holders hold (0 when they hold more, after the limit shrank). One
+    /// round trip, read-only.
     ///
     /// # Errors
     ///
@@ -475,7 +608,8 @@ impl<S: Store> Semaphore<S> {
                 format!("semaphore {name:?}: a key holds data that is not a semaphore's"),
             ));
         }
-        Ok(self.limit.saturating_sub(inspection.in_use))
+        let limit = inspection.limit.unwrap_or(self.limit);
+        Ok(limit.saturating_sub(inspection.in_use))
     }
 
     /// Blocking twin of [`available`](Self::available).
@@ -551,13 +685,13 @@ impl<S: Store> Semaphore<S> {
     pub fn blocking_renew(
         &self,
         name: &str,
-        nonce: &str,
+        permit: &Permit,
         ttl: Duration,
     ) -> Result<Option<Instant>> {
         blocking::block_on(
             self.store.runtime(),
             "blocking_renew",
-            self.renew(name, nonce, ttl),
+            self.renew(name, permit, ttl),
         )
     }
 
@@ -567,11 +701,53 @@ impl<S: Store> Semaphore<S> {
     ///
     /// When called from inside an async runtime.
     #[track_caller]
-    pub fn blocking_release(&self, name: &str, nonce: &str) -> Result<bool> {
+    pub fn blocking_release(&self, name: &str, permit: &Permit) -> Result<bool> {
         blocking::block_on(
             self.store.runtime(),
             "blocking_release",
-            self.release(name, nonce),
+            self.release(name, permit),
+        )
+    }
+
+    /// Blocking twin of [`abandon`](Self::abandon).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_abandon(&self, name: &str, nonce: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_abandon",
+            self.abandon(name, nonce),
+        )
+    }
+
+    /// Blocking twin of [`force_release`](Self::force_release).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_force_release(&self, name: &str, nonce: &str) -> Result<bool> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_force_release",
+            self.force_release(name, nonce),
+        )
+    }
+
+    /// Blocking twin of [`set_limit`](Self::set_limit).
+    ///
+    /// # Panics
+    ///
+    /// When called from inside an async runtime.
+    #[track_caller]
+    pub fn blocking_set_limit(&self, name: &str, limit: u32) -> Result<Option<u32>> {
+        blocking::block_on(
+            self.store.runtime(),
+            "blocking_set_limit",
+            self.set_limit(name, limit),
         )
     }
 }

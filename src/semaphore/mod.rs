@@ -16,11 +16,13 @@
 //! | `<prefix>{name}:sem:fence` | string | the last fencing token issued (decimal) | longest lease + fence retention | acquire (renew stretches it) |
 //! | `<prefix>{name}:sem:q` | zset | fair mode: waiter nonce → arrival (µs, server time) | the longest waiter lease | a refused fair acquire (joins, refreshes); removed by its admission, its release (leaving), and the reaping of lapsed places |
 //! | `<prefix>{name}:sem:qw` | hash | fair mode: waiter nonce → `<place ends ms>:<permits>` | as `:sem:q` | as `:sem:q` |
+//! | `<prefix>{name}:sem:n` | string | the limit (decimal) | as `:sem:fence` | the first acquire admitted or queued; stretched by acquire and renew; [`Semaphore::set_limit`] |
 //! | `<prefix>{name}:sem:released` (pub/sub channel, not a key) | | `released` | | a release, or a waiter leaving the queue |
 //!
 //! Every operation is one script ([`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE),
 //! [`SEM_RENEW`](crate::scripts::SEM_RENEW), [`SEM_RELEASE`](crate::scripts::SEM_RELEASE),
-//! [`SEM_INSPECT`](crate::scripts::SEM_INSPECT)), all the keys share the hash tag `{name}`
+//! [`SEM_INSPECT`](crate::scripts::SEM_INSPECT),
+//! [`SEM_SET_LIMIT`](crate::scripts::SEM_SET_LIMIT)), all the keys share the hash tag `{name}`
 //! (one cluster slot), and each is safe to repeat: a holder is named by its nonce, one per
 //! acquisition and the same for each of its attempts, so an acquire repeated after a timed-out
 //! reply finds the permits it took instead of taking more. Each acquire first reaps the holders
@@ -29,18 +31,27 @@
 //!
 //! # The limit, and changing it
 //!
-//! The limit is not stored on the server: every acquire carries the limit of the
-//! [`Semaphore`] it was made with, and is admitted iff the permits held by live holders plus
-//! its own fit under *its* limit. So changing the limit is using a [`Semaphore`] with another
-//! one ([`Semaphore::with_limit`]):
+//! The limit is stored with the semaphore (`:sem:n`), by the first acquire that is admitted or
+//! queued, and kept as long as the semaphore's fence state (the longest lease plus the fence
+//! retention). Every acquire carries the limit of the [`Semaphore`] it was made with and is
+//! refused when the semaphore stores another one, with
+//! [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) (`LIMIT semaphore limit is 3,
+//! not 5`) and nothing written: clients configured with different limits for one name cannot
+//! each count against their own, which would let the largest limit's clients take permits every
+//! other client believes do not exist.
+//!
+//! To change it, an operator calls [`Semaphore::set_limit`] (one script, safe to repeat):
 //!
 //! - **growing** admits more holders at once;
 //! - **shrinking never evicts a live holder**: the holders keep their permits and renew them as
-//!   before, and new acquisitions under the smaller limit are refused until enough holders have
-//!   left that they fit.
+//!   before, and new acquisitions are refused until enough holders have left that they fit;
+//! - clients still configured with the old limit are refused with the error above until they
+//!   count against the new one ([`Semaphore::with_limit`]); their holders' renewals and
+//!   releases go on, since those do not count.
 //!
-//! Clients with different limits on one name each count against their own.
-//!
+//! A semaphore nobody has used for longer than its fence state is kept forgets its limit with
+//! it, and the next acquire stores its own.
+
 //! # Fencing
 //!
 //! Each acquisition gets a fencing token, `max(last + 1, server time in µs)`, as the expire
@@ -69,7 +80,8 @@
 //!
 //! 0 permits, a limit of 0, more permits than the limit, an empty name, or a lease outside
 //! 1 ms..[`MAX_TTL`](crate::MAX_TTL) are [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput),
-//! and nothing is sent. A key of the layout holding data of another type (a user's string where
+//! and nothing is sent; a limit other than the one the semaphore stores is the same kind, and
+//! nothing is written. A key of the layout holding data of another type (a user's string where
 //! the zset goes, ...) is [`ErrorKind::WrongType`](crate::ErrorKind::WrongType), and nothing is
 //! changed.
 

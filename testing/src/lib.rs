@@ -2,11 +2,12 @@
 //! own tests.
 //!
 //! - [`race`]: the race of `tairlock race` as a library. Contending clients run an
-//!   [`Algorithm`](race::Algorithm) under stalls, crashes and clock skew
+//!   [`Algorithm`](race::Algorithm) under stalls, crashes, clock skew and reply outages
 //!   ([`Scenario`](race::scenario::Scenario)), write to a fenced resource inside the critical
 //!   section, and a [`Row`](race::Row) per scenario counts overlaps, foreign deletions, stale
-//!   writes and stuck locks, with a verdict; [`report`](race::report) prints the table and the
-//!   JSON. On the embedded store it runs on virtual time, deterministic by seed
+//!   writes, stuck locks and late deadlines (a grant trusted beyond its lease's end on the
+//!   server, [`race::audit`]), with a verdict; [`report`](race::report) prints the table and
+//!   the JSON. On the embedded store it runs on virtual time, deterministic by seed
 //!   ([`run_embedded_algorithms`](race::run_embedded_algorithms)); on a server, on real time
 //!   ([`run_algorithms`](race::run_algorithms)). The built-in rows
 //!   ([`race::algorithms`]) are plain users of the same trait.

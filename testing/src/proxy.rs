@@ -1,9 +1,9 @@
 //! A fault-injection TCP proxy between a test's clients and a real `redis-server`.
 //!
 //! [`Proxy::start`] listens on a free loopback port and forwards every accepted connection to
-//! `127.0.0.1:<upstream_port>`. It runs on its own thread with its own tokio runtime, so its
-//! control methods are plain (non-async) calls that work from any test, async or not; dropping
-//! the proxy stops it and closes every connection.
+//! `127.0.0.1:<upstream_port>` ([`Proxy::start_to`]: to any address). It runs on its own thread
+//! with its own tokio runtime, so its control methods are plain (non-async) calls that work from
+//! any test, async or not; dropping the proxy stops it and closes every connection.
 //!
 //! Faults are chosen per connection with [`Which`]: every connection, the data connections, the
 //! pub/sub connections (a connection counts as pub/sub once its client sent `SUBSCRIBE`,
@@ -13,7 +13,7 @@
 //!
 //! | fault | what the proxy does | what a client sees |
 //! |---|---|---|
-//! | [`latency`](Proxy::latency) | delays each forwarded chunk by the one-way time, in both directions, keeping order | every round trip takes twice as long |
+//! | [`latency`](Proxy::latency) | delays each forwarded chunk by the one-way time, in both directions, keeping order (timed to some tens of microseconds, not to tokio's millisecond) | every round trip takes twice as long |
 //! | [`drop_replies`](Proxy::drop_replies) | forwards the next n commands, drops the server's replies to exactly those (RESP parsed both ways; RESP3 push frames and RESP2 pub/sub messages are not replies) | the command times out, though the server applied it |
 //! | [`reset`](Proxy::reset) | closes both sockets with RST, now | a connection error |
 //! | [`black_hole`](Proxy::black_hole) | reads and holds nothing: bytes both ways are discarded, sockets stay open | silence: timeouts |
@@ -33,9 +33,10 @@
 //!
 //! [`faults`](Proxy::faults) counts what was injected, by kind, for a test's report.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -378,7 +379,7 @@ impl Shared {
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
-    upstream_port: u16,
+    upstream: SocketAddr,
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -387,6 +388,11 @@ pub struct Proxy {
 impl Proxy {
     /// A proxy on a free loopback port forwarding to `127.0.0.1:<upstream_port>`.
     pub fn start(upstream_port: u16) -> Proxy {
+        Proxy::start_to(SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port)))
+    }
+
+    /// A proxy on a free loopback port forwarding to `upstream`.
+    pub fn start_to(upstream: SocketAddr) -> Proxy {
         let listener =
             std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("proxy: bind 127.0.0.1:0");
         listener
@@ -412,7 +418,7 @@ impl Proxy {
                         tokio::select! {
                             accepted = listener.accept() => match accepted {
                                 Ok((client, _)) => {
-                                    tokio::spawn(serve(thread_shared.clone(), client, upstream_port));
+                                    tokio::spawn(serve(thread_shared.clone(), client, upstream));
                                 }
                                 Err(e) => {
                                     eprintln!("proxy {port}: accept failed: {e}");
@@ -427,7 +433,7 @@ impl Proxy {
             .expect("proxy: spawn its thread");
         Proxy {
             port,
-            upstream_port,
+            upstream,
             shared,
             shutdown,
             thread: Some(thread),
@@ -441,7 +447,7 @@ impl Proxy {
 
     /// The server's port, which the proxy forwards to.
     pub fn upstream_port(&self) -> u16 {
-        self.upstream_port
+        self.upstream.port()
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -594,7 +600,7 @@ impl Drop for Proxy {
 }
 
 /// One accepted connection, until both directions end or it is reset.
-async fn serve(shared: Arc<Shared>, client: TcpStream, upstream_port: u16) {
+async fn serve(shared: Arc<Shared>, client: TcpStream, upstream: SocketAddr) {
     let (end, end_rx) = watch::channel(End::Running);
     let (index, stalled) = {
         let mut state = shared.lock();
@@ -623,19 +629,15 @@ async fn serve(shared: Arc<Shared>, client: TcpStream, upstream_port: u16) {
         shared.lock().closed(index);
         return;
     }
-    let upstream = match tokio::time::timeout(
-        Duration::from_secs(5),
-        TcpStream::connect((Ipv4Addr::LOCALHOST, upstream_port)),
-    )
-    .await
-    {
-        Ok(Ok(upstream)) => upstream,
-        _ => {
-            // No server: the client sees its connection closed, as a dead server would do.
-            shared.lock().reset(index, "upstream_refused");
-            return;
-        }
-    };
+    let upstream =
+        match tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(upstream)).await {
+            Ok(Ok(upstream)) => upstream,
+            _ => {
+                // No server: the client sees its connection closed, as a dead server would do.
+                shared.lock().reset(index, "upstream_refused");
+                return;
+            }
+        };
     let _ = upstream.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = upstream.into_split();
@@ -762,9 +764,11 @@ async fn write_side(
             let _ = half.shutdown().await;
             return;
         };
-        tokio::select! {
-            _ = tokio::time::sleep_until(at) => {}
-            _ = end.changed() => break,
+        if at > Instant::now() {
+            tokio::select! {
+                () = Clock::get().until(at.into_std()) => {}
+                _ = end.changed() => break,
+            }
         }
         {
             let mut state = shared.lock();
@@ -785,6 +789,99 @@ async fn write_side(
     // A reset: no FIN first (dropping a write half would send one), the close is an RST.
     zero_linger(half.as_ref());
     half.forget();
+}
+
+/// The delays' timer: one thread for every proxy of the process, which sleeps on a condition
+/// variable until the earliest chunk is due and wakes its writer. tokio's timer rounds every
+/// deadline up to its millisecond tick, which would make an added latency of 100 µs one of up
+/// to a millisecond and more; a condition variable's timeout is the kernel's high-resolution
+/// timer (late by its slack, some tens of microseconds).
+struct Clock {
+    due: Mutex<BinaryHeap<Reverse<Due>>>,
+    changed: Condvar,
+}
+
+/// A writer waiting for `at`; `seq` orders equal instants.
+struct Due {
+    at: std::time::Instant,
+    seq: u64,
+    wake: tokio::sync::oneshot::Sender<()>,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
+impl Clock {
+    /// The process's clock, its thread started on first use.
+    fn get() -> &'static Clock {
+        static CLOCK: OnceLock<&'static Clock> = OnceLock::new();
+        CLOCK.get_or_init(|| {
+            let clock: &'static Clock = Box::leak(Box::new(Clock {
+                due: Mutex::new(BinaryHeap::new()),
+                changed: Condvar::new(),
+            }));
+            std::thread::Builder::new()
+                .name("proxy-clock".to_owned())
+                .spawn(move || clock.run())
+                .expect("proxy: spawn the clock thread");
+            clock
+        })
+    }
+
+    /// Resolves at `at` (at once if it has passed, or if the clock is gone).
+    async fn until(&self, at: std::time::Instant) {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let (wake, woken) = tokio::sync::oneshot::channel();
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+            let earliest = due.peek().is_none_or(|Reverse(first)| at < first.at);
+            due.push(Reverse(Due { at, seq, wake }));
+            if earliest {
+                self.changed.notify_one();
+            }
+        }
+        let _ = woken.await;
+    }
+
+    fn run(&self) {
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = std::time::Instant::now();
+            while due.peek().is_some_and(|Reverse(first)| first.at <= now) {
+                if let Some(Reverse(first)) = due.pop() {
+                    let _ = first.wake.send(());
+                }
+            }
+            due = match due.peek() {
+                Some(Reverse(first)) => {
+                    let wait = first.at - now;
+                    self.changed
+                        .wait_timeout(due, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.changed.wait(due).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
 }
 
 /// Make the socket's close an RST.

@@ -13,7 +13,7 @@ use tairlock::RedisStore;
 use tairlock::clock::{SharedClock, SystemClock};
 use tairlock_legacy::WatchStore;
 use tairlock_legacy::watch::{Read, TxOp, WatchConnection};
-use tairlock_testing::race::algorithms::LegacyWatch;
+use tairlock_testing::race::algorithms::{FairExpireLock, LegacyScripted, LegacyWatch, RwScripted};
 use tairlock_testing::race::scenario::Scenario;
 use tairlock_testing::race::{
     Algorithm, Attempt, BoxFuture, Client, Expectation, Holding, RaceConfig, Row, Step,
@@ -107,4 +107,74 @@ fn legacy_watch_keeps_its_zeros_on_a_real_server() {
     let row = race_on(&server, Box::new(LegacyWatch));
     assert!(row.acquisitions > 0, "{row:?}");
     assert_eq!(row.verdict, "ok", "{row:?}\n{}", server.log_section());
+}
+
+/// The rows whose zeros must hold on a real server run after run, not only on the embedded
+/// store: the legacy rows (a takeover of a lease that already ended by the holder's deadline,
+/// within the millisecond the server still keeps its key, is no foreign deletion) and the fair
+/// rows (grants made by another client's release).
+fn legacy_and_fair() -> Vec<Box<dyn Algorithm<RedisStore>>> {
+    vec![
+        Box::new(LegacyScripted),
+        Box::new(LegacyWatch),
+        Box::new(FairExpireLock::default()),
+        Box::new(RwScripted::fair_writers()),
+    ]
+}
+
+#[test]
+fn legacy_and_fair_rows_keep_their_zeros_on_a_real_server_seed_after_seed() {
+    let server = server::RedisServer::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(RedisStore::connect(&server.url())).unwrap();
+    // Short stalls (where a release comes near the lease's end, and the next grant right after
+    // it) under several seeds; every other scenario under one.
+    let runs = [
+        (1, Scenario::ShortStalls),
+        (2, Scenario::ShortStalls),
+        (3, Scenario::ShortStalls),
+        (4, Scenario::LongStalls),
+        (4, Scenario::Crashes),
+        (4, Scenario::ClockSkew),
+        (4, Scenario::ReplyOutages),
+    ];
+    let mut rows = Vec::new();
+    for (seed, scenario) in runs {
+        let config = RaceConfig {
+            trials: 1,
+            trial_length: Duration::from_millis(800),
+            seed,
+            scenarios: vec![scenario],
+            latency: None,
+            key_prefix: format!("race-test:{}:{seed}", std::process::id()),
+            ..RaceConfig::default()
+        };
+        let clock: SharedClock = std::sync::Arc::new(SystemClock);
+        rows.extend(
+            rt.block_on(run_algorithms(
+                store.clone(),
+                clock,
+                "redis",
+                &config,
+                legacy_and_fair(),
+                |_| {},
+            ))
+            .unwrap()
+            .into_iter()
+            .map(|row| (seed, row)),
+        );
+    }
+    let broken: Vec<String> = rows
+        .iter()
+        .filter(|(_, row)| row.acquisitions == 0 || row.verdict != "ok")
+        .map(|(seed, row)| format!("seed {seed}: {row:?}"))
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "{} of {} rows broke their zeros (or acquired nothing):\n{}\n{}",
+        broken.len(),
+        rows.len(),
+        broken.join("\n"),
+        server.log_section()
+    );
 }

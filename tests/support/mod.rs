@@ -5,11 +5,14 @@
 //!   [`VirtualClock`] the test advances) and once on a [`RedisStore`] against a fresh server.
 //! - [`TestStore`]: what a test needs beyond the [`Store`] contract (writing a user's hash or
 //!   list, reading it back), implemented on both stores.
+//! - [`deadline_audit`]: every grant and renewal a client's store answers, its lease's end on
+//!   the server bounded from above, for holding guards' deadlines against.
 //!
 //! Every test file declares `mod support;`; not every helper is used by every file.
 #![allow(dead_code, unreachable_pub, unused_imports, unused_macros)]
 
 pub mod cluster;
+pub mod deadline_audit;
 /// The fault-injection proxy, from the public testing crate.
 pub use tairlock_testing::proxy;
 pub mod sentinel;

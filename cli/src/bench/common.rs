@@ -29,6 +29,9 @@ pub struct BenchRow {
     pub max_wait_ms: Option<f64>,
     /// Anything else worth knowing (max wait, same-worker share, bytes, ...).
     pub note: String,
+    /// The latency `--latency` added each way to every connection of the run, µs (0: none, no
+    /// proxy).
+    pub one_way_latency_us: f64,
     /// The `many-leases` scenario's figures (absent from other rows).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub many: Option<ManyLeasesRow>,
@@ -85,11 +88,13 @@ impl Default for ManyLeases {
 }
 
 /// Every scenario name, in table order.
-pub const SCENARIOS: [&str; 28] = [
+pub const SCENARIOS: [&str; 30] = [
     "floor-cycle",
     "ping",
     "expire-lock-cycle",
     "expire-lock-cycle-scripted",
+    "guard-cycle",
+    "guard-cycle-fair",
     "reentrant-reacquire",
     "rw-read-cycle",
     "rw-read-heavy",

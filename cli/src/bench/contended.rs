@@ -179,6 +179,7 @@ pub(super) async fn contended<S: BenchStore>(
         commands_per_op: None,
         same_worker_pct: Some(same_pct),
         max_wait_ms: Some(max_wait_ms),
+        one_way_latency_us: 0.0,
         note: format!(
             "{served}/{workers} workers served, max wait {max_wait_ms:.1} ms, same-worker \
              re-acquisition {same_pct:.1}%"

@@ -29,6 +29,11 @@ pub trait BenchStore: Store {
     /// A bare redis-rs multiplexed connection to the server, for the floor: what a hand-written
     /// client uses. `None` where there is no single server (embedded store, cluster).
     fn bare(&self) -> impl Future<Output = Option<redis::aio::MultiplexedConnection>> + Send;
+    /// A bare redis-rs pub/sub connection to the server, for a handoff's profile (when its
+    /// announcement reaches a client). `None` where there is no single server.
+    fn bare_pubsub(&self) -> impl Future<Output = Option<redis::aio::PubSub>> + Send {
+        async { None }
+    }
     /// The server's script calls so far and the time it spent in them, µs (`EVALSHA` and
     /// `EVAL` of `INFO commandstats`), if the store can tell.
     fn script_usec(&self) -> impl Future<Output = Option<(u64, u64)>> + Send {
@@ -263,6 +268,10 @@ impl BenchStore for Counted<RedisStore> {
         // The store's own client: its credentials and TLS settings, not the redacted URL.
         let client = self.inner.client();
         client.get_multiplexed_async_connection().await.ok()
+    }
+
+    async fn bare_pubsub(&self) -> Option<redis::aio::PubSub> {
+        self.inner.client().get_async_pubsub().await.ok()
     }
 }
 

@@ -1,9 +1,19 @@
 //! The forced-handoff scenarios: one holder, one waiter (a client of its own) already waiting
 //! when the holder releases; latency = from just before the release is sent to the waiter
 //! holding (its guard returned).
+//!
+//! On a server, each handoff is also profiled, and the row's note gives the medians: from the
+//! release sent to its reply (the holder's round trip), to the release's announcement reaching a
+//! bare redis-rs subscriber of the lock's channels (a pattern subscription, on a connection of
+//! its own: what any client could learn the soonest), and from that arrival to the waiter's
+//! guard returned (what the waiter's client does after hearing it: in the default mode another
+//! attempt, a round trip; in fair mode none).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use parking_lot::Mutex;
 use tairlock::ExpireLock;
 
 use super::common::{BenchRow, options};
@@ -99,6 +109,7 @@ pub(super) async fn idle_floor<S: BenchStore>(
         commands_per_op: bare.is_some().then_some(1.0),
         same_worker_pct: None,
         max_wait_ms: None,
+        one_way_latency_us: 0.0,
         note: format!("{i} round trips, each after 5-25 ms idle"),
         many: None,
     };
@@ -125,7 +136,9 @@ pub(super) async fn forced<S: BenchStore>(
                 .ok_or_else(|| tairlock::Error::new(tairlock::ErrorKind::Timeout, "no lock in 5 s"))
         }
     };
+    let heard = listen(store, &holder.keys(&name)?.channel).await;
     let mut latencies = Vec::new();
+    let mut profile = Profile::default();
     let start = Instant::now();
     let mut i = 0;
     // The first round warms up (subscriptions, scripts loaded); it is not counted.
@@ -142,10 +155,18 @@ pub(super) async fn forced<S: BenchStore>(
         tokio::time::sleep(pause(i)).await;
         let released = Instant::now();
         guard.release().await?;
+        let replied = Instant::now();
         let (guard, got) = next.await.expect("the waiter panicked");
         let guard = guard?;
         if !warm {
             latencies.push(got.saturating_duration_since(released));
+            let announced = heard.as_ref().and_then(|heard| {
+                let mut heard = heard.lock();
+                let first = heard.iter().copied().find(|at| *at >= released);
+                heard.clear();
+                first
+            });
+            profile.add(released, replied, announced, got);
             i += 1;
         }
         warm = false;
@@ -166,8 +187,72 @@ pub(super) async fn forced<S: BenchStore>(
         commands_per_op: None,
         same_worker_pct: None,
         max_wait_ms: None,
-        note: format!("{i} handoffs, the waiter waiting 5-25 ms before each release"),
+        one_way_latency_us: 0.0,
+        note: format!(
+            "{i} handoffs, the waiter waiting 5-25 ms before each release{}",
+            profile.note()
+        ),
         many: None,
     };
     Ok((row, i))
+}
+
+/// Stamp the arrival of every message on the channels under `channel` (the lock's release
+/// channel and, in fair mode, its wake channels) at a bare subscriber; `None` without a single
+/// server.
+async fn listen<S: BenchStore>(store: &S, channel: &str) -> Option<Arc<Mutex<Vec<Instant>>>> {
+    let mut pubsub = store.bare_pubsub().await?;
+    pubsub.psubscribe(format!("{channel}*")).await.ok()?;
+    let heard: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let stamps = heard.clone();
+    tokio::spawn(async move {
+        let mut messages = pubsub.into_on_message();
+        while messages.next().await.is_some() {
+            stamps.lock().push(Instant::now());
+        }
+    });
+    Some(heard)
+}
+
+/// Each profiled handoff's times from the release sent, µs.
+#[derive(Default)]
+struct Profile {
+    replied: Vec<Duration>,
+    announced: Vec<Duration>,
+    then_held: Vec<Duration>,
+}
+
+impl Profile {
+    fn add(
+        &mut self,
+        released: Instant,
+        replied: Instant,
+        announced: Option<Instant>,
+        got: Instant,
+    ) {
+        self.replied
+            .push(replied.saturating_duration_since(released));
+        if let Some(at) = announced {
+            self.announced.push(at.saturating_duration_since(released));
+            self.then_held.push(got.saturating_duration_since(at));
+        }
+    }
+
+    /// The medians, for the row's note (empty when nothing was heard).
+    fn note(&mut self) -> String {
+        let median = |v: &mut Vec<Duration>| {
+            v.sort();
+            v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+        };
+        if self.announced.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; p50 from the release: its reply {:.0} us, the announcement at a bare subscriber \
+             {:.0} us, then the guard {:.0} us later",
+            median(&mut self.replied),
+            median(&mut self.announced),
+            median(&mut self.then_held),
+        )
+    }
 }

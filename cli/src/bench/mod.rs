@@ -15,6 +15,7 @@
 //! | `ping` | PING | — |
 //! | `expire-lock-cycle` | `expire_lock` + `expire_unlock` (its release is `DELIFEQ` where the server has it: Valkey 9+) | floor cycle |
 //! | `expire-lock-cycle-scripted` | the same with the release always by the `EXPIRE_UNLOCK` script | floor cycle |
+//! | `guard-cycle`, `guard-cycle-fair` | [`lock_with_lease`](tairlock::ExpireLock::lock_with_lease) (10 s, no watchdog) + the guard's release, uncontended; plain and fair mode | floor cycle |
 //! | `reentrant-reacquire` | re-entry + release of a held reentrant lock | — (zero commands) |
 //! | `rw-read-cycle` | RW read acquire + read release | floor cycle |
 //! | `rw-read-heavy`, `rw-read-heavy-unshared` | one read of 4 clients × 16 tasks, 95% reads / 5% writes on one key, shared read holds on / off (see [`rw_read_heavy`]) | — (commands per read; writer max wait) |
@@ -40,6 +41,9 @@
 //! the lock last) and `max_wait_ms` (the longest single wait); `commands_per_op` is per
 //! acquisition there.
 //!
+//! With `--latency D` every connection of the run, the floor's included, crosses a proxy that
+//! adds D each way (see [`Network`]); every row's `one_way_latency_us` says D.
+//!
 //! On a Redis Cluster (`--cluster`) every scenario runs through a
 //! [`ClusterStore`](tairlock::ClusterStore); `redis-benchmark-evalsha` and the `memory-per-*` rows are skipped (no
 //! single server to point them at) and `commands_per_op` counts the client's commands only.
@@ -50,6 +54,7 @@ mod counted;
 mod floor;
 mod handoff;
 mod many_leases;
+mod network;
 pub mod rw_read_heavy;
 mod sample;
 mod scenarios;
@@ -59,5 +64,6 @@ mod table;
 pub use self::common::{BenchConfig, BenchRow, ManyLeases, ManyLeasesRow, SCENARIOS};
 pub use self::counted::{BenchStore, Counted};
 pub use self::many_leases::many_leases;
+pub use self::network::Network;
 pub use self::scenarios::{redlock, run};
 pub use self::table::{progress_bar, table};

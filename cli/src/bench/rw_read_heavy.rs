@@ -141,6 +141,7 @@ pub(super) async fn rw_read_heavy<S: BenchStore>(
         commands_per_op,
         same_worker_pct: None,
         max_wait_ms: Some(max_wait_ms),
+        one_way_latency_us: 0.0,
         note: format!(
             "{CLIENTS} clients × {TASKS} tasks, sharing {}: {reads} reads, {writes} writes \
              ({:.0}/s), writer max wait {max_wait_ms:.1} ms",

@@ -75,6 +75,7 @@ pub(super) fn row<S: BenchStore>(
         commands_per_op: None,
         same_worker_pct: None,
         max_wait_ms: None,
+        one_way_latency_us: 0.0,
         note: String::new(),
         many: None,
     }

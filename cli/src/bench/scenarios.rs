@@ -10,7 +10,7 @@ use rand::Rng;
 use tairlock::scripts::EXPIRE_UNLOCK;
 use tairlock::{Acquire, Keyspace, Owner, RedisStore, Redlock, RedlockOptions, ReentrantLock};
 
-use super::common::{BenchConfig, BenchRow, SCENARIOS, bare_error, locks};
+use super::common::{BenchConfig, BenchRow, SCENARIOS, bare_error, locks, options};
 use super::contended::{Handoff, contended};
 use super::counted::{BenchStore, Counted};
 use super::floor::{FLOOR_CAD, redis_benchmark};
@@ -84,6 +84,7 @@ pub async fn redlock(
             commands_per_op: Some(2.0 * n as f64),
             same_worker_pct: None,
             max_wait_ms: None,
+            one_way_latency_us: 0.0,
             note: format!("{n} servers, quorum {quorum}"),
             many: None,
         });
@@ -225,6 +226,34 @@ pub async fn run<S: BenchStore>(
                     } else {
                         locks.expire_unlock("cycle", &lease).await?;
                     }
+                    Ok(())
+                })
+                .await?;
+                let ratio = floor_cycle.map(|f| (1.0 / s.ops_per_sec()) / f);
+                (
+                    row(
+                        name,
+                        &store,
+                        Some(s.ops_per_sec()),
+                        s.pct(0.5),
+                        s.pct(0.99),
+                        ratio,
+                    ),
+                    s.ops + 50,
+                )
+            }
+            "guard-cycle" | "guard-cycle-fair" => {
+                let fair = *name == "guard-cycle-fair";
+                let locks = tairlock::ExpireLock::with_options(store.clone(), options().fair(fair));
+                let lease = Duration::from_secs(10);
+                let mut s = timed(d, |_| async {
+                    let guard = locks
+                        .lock_with_lease("guard-cycle", lease, None)
+                        .await?
+                        .ok_or_else(|| {
+                            tairlock::Error::new(tairlock::ErrorKind::Server, "no bench lock")
+                        })?;
+                    guard.release().await?;
                     Ok(())
                 })
                 .await?;

@@ -52,14 +52,15 @@ pub(super) async fn cycle<S: BenchStore>(
         async move {
             let nonce = format!("cycle{i}");
             let t = Instant::now();
-            let PermitAttempt::Acquired(_) = sem.attempt("sem-cycle", 1, ttl, &nonce).await? else {
+            let PermitAttempt::Acquired(permit) = sem.attempt("sem-cycle", 1, ttl, &nonce).await?
+            else {
                 return Err(tairlock::Error::new(
                     tairlock::ErrorKind::Server,
                     "bench semaphore unexpectedly full",
                 ));
             };
             let acquired = Instant::now();
-            if !sem.release("sem-cycle", &nonce).await? {
+            if !sem.release("sem-cycle", &permit).await? {
                 return Err(tairlock::Error::new(
                     tairlock::ErrorKind::Server,
                     "bench permit not released",

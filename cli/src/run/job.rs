@@ -1,7 +1,7 @@
-//! `tairlock run`'s flags turned into a job: which lock kind they name (the expire
-//! lock, a reader/writer lock's side, a semaphore's permit, or a legacy key whose kind is picked
-//! from what the server supports), and the job that holds it on the connected store while
-//! [`run`](crate::run::run) supervises the command.
+//! `tairlock run`'s flags turned into a job: which lock kind they name (the expire lock, a
+//! reader/writer lock's side, a semaphore's permit, a token lock, or a legacy key whose kind is
+//! picked from what the server supports), and the job that holds it on the connected store
+//! while [`run`](crate::run::run) supervises the command.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,6 +31,8 @@ enum RunKind {
         unit: tairlock_legacy::Unit,
         kind: LegacyKindArg,
     },
+    /// A [`tairlock::TokenLock`] on KEY exactly as named.
+    Token,
     Permits {
         keyspace: Keyspace,
         limit: u32,
@@ -89,6 +91,10 @@ impl StoreJob for RunJob {
                     permits: 1,
                 };
                 run::run(&locker, &spec).await
+            }
+            RunKind::Token => {
+                let options = tairlock::TokenOptions::default().watchdog_lease(ttl);
+                run::run(&tairlock::TokenLock::with_options(store, options), &spec).await
             }
             RunKind::Legacy { unit, kind } => {
                 let options = tairlock_legacy::Options::default()
@@ -165,10 +171,13 @@ pub fn command(args: RunArgs) -> ExitCode {
         Ok(target) => target,
         Err(e) => return usage(e),
     };
-    let (kind, name) = if args.legacy {
-        if args.key.is_empty() {
-            return usage("the lock key is empty");
-        }
+    // A token or legacy key is used exactly as named: only an empty one is no key.
+    if (args.token || args.legacy) && args.key.is_empty() {
+        return usage("the lock key is empty");
+    }
+    let (kind, name) = if args.token {
+        (RunKind::Token, args.key.clone())
+    } else if args.legacy {
         let unit = match args.unit {
             UnitArg::S => tairlock_legacy::Unit::Seconds,
             UnitArg::Ms => tairlock_legacy::Unit::Millis,

@@ -1,12 +1,15 @@
 //! The lock kinds `tairlock run` can hold, behind one interface: the expire lock (plain or fair),
-//! a reader/writer lock's read or write side, and the legacy `SETNX`/`GETSET` wire format
-//! ([`legacy`](super::legacy)). The supervisor machinery in [`run`](super::run) sees only
-//! [`Locker`] and [`Hold`], so it works the same for every kind.
+//! a reader/writer lock's read or write side, a semaphore's permits, a [`TokenLock`] (the wire
+//! format of redis-py, node redlock and the like, on the key exactly as named), and the legacy
+//! `SETNX`/`GETSET` wire format ([`legacy`](super::legacy)). The supervisor machinery in
+//! [`run`](super::run) sees only [`Locker`] and [`Hold`], so it works the same for every kind.
 
 use std::future::Future;
 use std::time::Duration;
 
-use tairlock::{ExpireLock, LockGuard, PermitGuard, Semaphore, Store, Unlock};
+use tairlock::{
+    ExpireLock, LockGuard, PermitGuard, Semaphore, Store, TokenGuard, TokenLock, Unlock,
+};
 use tairlock_rwlock::{ReadGuard, Release, RwLock, WriteGuard};
 use tokio::time::Instant;
 
@@ -358,5 +361,56 @@ impl<S: Store> Guard for PermitGuard<S> {
 
     async fn release(self) -> Released {
         unlocked(PermitGuard::release(self).await)
+    }
+}
+
+/// A token lock's hold: the key exactly as named, holding our token, in the format other
+/// languages' lock clients share.
+pub type TokenHold<S> = Held<TokenGuard<S>>;
+
+impl<S: Store> Locker for TokenLock<S> {
+    type Hold = TokenHold<S>;
+
+    async fn acquire(
+        &self,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> tairlock::Result<Option<Self::Hold>> {
+        let key = self.keys(name)?.lock;
+        let guard = match wait {
+            None => Some(self.lock(name).await?),
+            Some(wait) if wait.is_zero() => self.try_lock(name).await?,
+            Some(wait) => self.try_lock_for(name, wait).await?,
+        };
+        let ttl = self.options().watchdog_lease;
+        Ok(guard.map(|guard| Held { guard, key, ttl }))
+    }
+}
+
+impl<S: Store> Guard for TokenGuard<S> {
+    /// This crate's own fencing token: foreign clients of the format neither issue nor advance
+    /// one.
+    fn fence(&self) -> Option<u64> {
+        Some(TokenGuard::fence(self))
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        TokenGuard::deadline(self)
+    }
+
+    fn is_lost(&self) -> bool {
+        TokenGuard::is_lost(self)
+    }
+
+    async fn lost(&self) {
+        TokenGuard::lost(self).await;
+    }
+
+    async fn renew(&self, ttl: Duration) -> bool {
+        TokenGuard::renew(self, ttl).await.is_ok()
+    }
+
+    async fn release(self) -> Released {
+        unlocked(TokenGuard::release(self).await)
     }
 }

@@ -28,7 +28,7 @@
 //! |---|---|
 //! | a retained fencing token ([`Item::Fence`]) | a key ending in `:fence` holding a decimal integer, whose lock is not there |
 //! | a legacy lock ([`Item::Legacy`]) | a string holding a bare Unix timestamp in seconds or milliseconds (`tairlock_legacy::wire`, the test `inspect` uses) |
-//! | a token lock of another library ([`Item::Token`]) | a string with a TTL, no format of ours, and a token's shape: 16 to 128 characters of letters, digits and `-_+/=.:@`, not all digits |
+//! | a token lock ([`Item::Token`]: another library's, or a `TokenLock`'s, with the fence key a `TokenLock` keeps beside it) | a string with a TTL, no format of ours, and a token's shape ([`token_shaped`]): 16 to 128 characters of letters, digits and `-_+/=.:@`, not all digits |
 //! | user data (left out) | everything else |
 //!
 //! A user's counter that holds a present-day Unix time is taken for a legacy lock (the format
@@ -41,6 +41,7 @@ use std::collections::BTreeMap;
 use tairlock::{Lease, Ttl};
 use tairlock_legacy::wire::{fence_key, parse_value};
 
+use crate::token_inspect::token_shaped;
 use crate::unlock::plausible_timestamp;
 
 /// How many bytes of a string are read: one more than the longest value of any lock recognised
@@ -50,12 +51,6 @@ pub(crate) const STRING_SAMPLE: usize = 129;
 /// How many members of a sorted set, or fields of a hash, are read to judge its shape (a queue
 /// or a set of holders is rarely larger; a larger one is judged by these).
 pub(crate) const COLLECTION_SAMPLE: usize = 256;
-
-/// The longest token of another library recognised.
-const TOKEN_MAX: usize = 128;
-
-/// The shortest: a token is random, and 16 characters is 64 bits of hex.
-const TOKEN_MIN: usize = 16;
 
 /// What the first read of one key found.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +137,9 @@ pub(crate) enum Part {
     SemQueue,
     /// Its waiters' entries, `:sem:qw`.
     SemWaiters,
+    /// The semaphore's stored limit, `:sem:n` (kept as long as its fence: an idle semaphore
+    /// keeps it).
+    SemLimit,
 }
 
 /// The shape of a value.
@@ -170,7 +168,7 @@ struct Layout {
 
 /// Every key of every kind under `<prefix>{name}`: the tables of `tairlock::expire_lock`,
 /// `tairlock::fair`, `tairlock::semaphore` and `tairlock_rwlock` ("Key layout").
-const LAYOUT: [Layout; 14] = [
+const LAYOUT: [Layout; 15] = [
     layout("", Part::Lock, "string", Shape::Lease),
     layout(":fence", Part::Fence, "string", Shape::Integer),
     layout(":fairq", Part::FairQueue, "zset", Shape::Nonces),
@@ -185,6 +183,7 @@ const LAYOUT: [Layout; 14] = [
     layout(":sem:fence", Part::SemFence, "string", Shape::Integer),
     layout(":sem:q", Part::SemQueue, "zset", Shape::Nonces),
     layout(":sem:qw", Part::SemWaiters, "hash", Shape::Entries),
+    layout(":sem:n", Part::SemLimit, "string", Shape::Integer),
 ];
 
 const fn layout(suffix: &'static str, part: Part, key_type: &'static str, shape: Shape) -> Layout {
@@ -268,16 +267,6 @@ fn part_of(facts: &Facts) -> Option<(&str, &str, Part)> {
         name,
         layout.part,
     ))
-}
-
-/// A token's shape: see the [module docs](self).
-fn token_shaped(value: &[u8]) -> bool {
-    (TOKEN_MIN..=TOKEN_MAX).contains(&value.len())
-        && value
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_+/=.:@".contains(b))
-        && !value.iter().all(u8::is_ascii_digit)
-        && !value.starts_with(b"tl1:")
 }
 
 /// The keys of one lock name seen so far (the parts that fit a layout, and extra keys).
@@ -476,8 +465,9 @@ pub(crate) enum Item {
     Sem(Named, Queue),
     /// A legacy timestamp lock, with its fence key if the scan saw it.
     Legacy(Facts, Option<Facts>),
-    /// A token lock of another library.
-    Token(Facts),
+    /// A token lock (of another library, or a `TokenLock`), with its fence key if the scan saw
+    /// it.
+    Token(Facts, Option<Facts>),
     /// A fencing token kept after its lock was released (or whose lock the scan did not see).
     Fence(Facts),
 }
@@ -489,11 +479,11 @@ impl Item {
             Item::Expire(n) | Item::Fair(n, _) | Item::Rw(n, ..) | Item::Sem(n, _) => {
                 n.keys.clone()
             }
-            Item::Legacy(f, fence) => std::iter::once(f)
+            Item::Legacy(f, fence) | Item::Token(f, fence) => std::iter::once(f)
                 .chain(fence)
                 .map(|f| f.key.clone())
                 .collect(),
-            Item::Token(f) | Item::Fence(f) => vec![f.key.clone()],
+            Item::Fence(f) => vec![f.key.clone()],
         }
     }
 
@@ -586,23 +576,25 @@ impl Collector {
         for ((prefix, name), mut group) in std::mem::take(&mut self.groups) {
             items.extend(self.split(prefix, name, &mut group));
         }
-        // A legacy lock's fence key: `{K}:fence` fits the layout as a lone fence of the name
-        // `K`, `K:fence` (K with a tag) is a lone fence on its own.
+        // The fence key of a legacy lock or a token lock: `{K}:fence` fits the layout as a lone
+        // fence of the name `K`, `K:fence` (K with a tag) is a lone fence on its own.
         let mut fences = std::mem::take(&mut self.fences);
-        for facts in std::mem::take(&mut self.legacy) {
-            let wanted = fence_key(&facts.key);
-            let fence = fences
+        let mut fence_of = |key: &str| {
+            let wanted = fence_key(key);
+            fences
                 .iter()
                 .position(|f| f.key == wanted)
-                .map(|i| fences.remove(i));
+                .map(|i| fences.remove(i))
+        };
+        for facts in std::mem::take(&mut self.legacy) {
+            let fence = fence_of(&facts.key);
             items.push(Item::Legacy(facts, fence));
         }
+        for facts in std::mem::take(&mut self.tokens) {
+            let fence = fence_of(&facts.key);
+            items.push(Item::Token(facts, fence));
+        }
         items.extend(fences.into_iter().map(Item::Fence));
-        items.extend(
-            std::mem::take(&mut self.tokens)
-                .into_iter()
-                .map(Item::Token),
-        );
         (items, self.other)
     }
 
@@ -629,6 +621,8 @@ impl Collector {
             Part::Holdings,
             Part::SemQueue,
             Part::SemWaiters,
+            // An idle semaphore: its limit stays with its fence after the last holder left.
+            Part::SemLimit,
         ]
         .iter()
         .any(|p| group.has(*p));
@@ -692,6 +686,7 @@ impl Collector {
         if sem {
             let holders = group.take(Part::Holders);
             let holdings = group.take(Part::Holdings);
+            let limit = group.take(Part::SemLimit);
             let queue = Queue {
                 order: group.take(Part::SemQueue),
                 entries: group.take(Part::SemWaiters),
@@ -700,6 +695,7 @@ impl Collector {
                 .iter()
                 .chain(&holdings)
                 .chain(&sem_fence)
+                .chain(&limit)
                 .map(|f| f.key.clone())
                 .collect();
             keys.extend(queue.keys());
@@ -828,6 +824,26 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_semaphores_limit_and_fence_are_one_semaphore() {
+        // Its last holder left: the stored limit and the fencing token stay (the limit is kept
+        // as long as the fence state), and are the semaphore's, not user data.
+        let (items, other) = collect(vec![
+            string("tairlock:{pool}:sem:n", "3", ttl()),
+            string("tairlock:{pool}:sem:fence", "17", ttl()),
+        ]);
+        assert_eq!(other, 0, "{items:#?}");
+        assert_eq!(items.len(), 1, "{items:#?}");
+        let Item::Sem(n, _) = &items[0] else {
+            panic!("{items:#?}")
+        };
+        assert_eq!(n.name, "pool");
+        assert_eq!(
+            n.keys,
+            ["tairlock:{pool}:sem:fence", "tairlock:{pool}:sem:n"]
+        );
+    }
+
+    #[test]
     fn user_data_under_braced_names_is_left_out() {
         let (items, other) = collect(vec![
             hash("user:{42}", &[("name", "ada")]),
@@ -877,11 +893,10 @@ mod tests {
                 ("locks:{order}:7", Some("locks:{order}:7:fence")),
             ]
         );
-        assert!(items.contains(&Item::Token(string(
-            "redis-py:lock",
-            "6f1c1b0e9a6d11ee8c900242ac120002",
-            ttl()
-        ))));
+        assert!(items.contains(&Item::Token(
+            string("redis-py:lock", "6f1c1b0e9a6d11ee8c900242ac120002", ttl()),
+            None
+        )));
         assert!(items.contains(&Item::Fence(string("orphan:fence", "99", Ttl::Persistent))));
         assert_eq!(items.len(), 5);
     }
@@ -919,7 +934,7 @@ mod tests {
                 "tairlock:{pool}:sem:limit"
             ]
         );
-        assert!(matches!(&items[1], Item::Token(f) if f.key == "tairlock:{other}:sem:limit"));
+        assert!(matches!(&items[1], Item::Token(f, None) if f.key == "tairlock:{other}:sem:limit"));
     }
 
     #[test]

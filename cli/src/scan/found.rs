@@ -1,6 +1,7 @@
 //! What `tairlock scan` reports of each [`Item`]: its class, its state, what `tairlock inspect`
 //! says of it (each kind's own report, read now: [`admin`], [`rw_inspect`], [`sem_inspect`],
-//! [`legacy_inspect`]), and whether it is stuck, with the command that clears it.
+//! [`legacy_inspect`], [`token_inspect`]), and whether it is stuck, with the command that clears
+//! it.
 //!
 //! # Stuck
 //!
@@ -29,7 +30,7 @@ use tairlock_rwlock::RwLock;
 
 use super::classify::{Facts, Item, Named, Place, Queue};
 use crate::duration::show;
-use crate::{admin, legacy_inspect, rw_inspect, sem_inspect};
+use crate::{admin, legacy_inspect, rw_inspect, sem_inspect, token_inspect};
 
 /// How long `tairlock run` waits for its turn in the commands that clear an orphaned queue.
 const CLEAR_WAIT: &str = "30s";
@@ -48,7 +49,8 @@ pub enum Class {
     Semaphore,
     /// A legacy `SETNX`/`GETSET` lock: a bare Unix timestamp under any key.
     LegacyLock,
-    /// A token lock of another library: a random token with a TTL (`SET key token NX PX ttl`).
+    /// A token lock: a random token with a TTL (`SET key token NX PX ttl`), of another library
+    /// or a `TokenLock`.
     TokenLock,
     /// A fencing token kept after its lock was released (no key of the lock was seen).
     Fence,
@@ -112,7 +114,7 @@ pub struct Found {
     /// What `tairlock inspect` says of it, in one line.
     pub line: String,
     /// The report `tairlock inspect --json` prints (the scan's own reading for the classes
-    /// `inspect` has no report for: fair queues, token locks, fences).
+    /// `inspect` has no report for: fair queues, fences).
     pub inspect: serde_json::Value,
 }
 
@@ -188,66 +190,6 @@ impl QueueReport {
         format!(
             "{} waiter(s) queued, {} live, {kept}",
             self.waiting, self.live
-        )
-    }
-}
-
-/// A token lock of another library, as the scan read it.
-#[derive(Debug, Clone, Serialize)]
-pub struct TokenReport {
-    /// The key.
-    pub key: String,
-    /// The token's length.
-    pub length: usize,
-    /// What the token looks like: `hex`, `uuid`, `base64` or `token`.
-    pub format: String,
-    /// The key's TTL, ms.
-    pub ttl_ms: Option<u64>,
-}
-
-impl TokenReport {
-    fn new(facts: &Facts) -> Self {
-        let value = facts.short_string().unwrap_or_default();
-        let hex = |b: &[u8]| b.iter().all(u8::is_ascii_hexdigit);
-        let uuid = value.len() == 36
-            && value
-                .split(|b| *b == b'-')
-                .map(<[u8]>::len)
-                .eq([8, 4, 4, 4, 12])
-            && hex(&value
-                .iter()
-                .copied()
-                .filter(|b| *b != b'-')
-                .collect::<Vec<_>>());
-        let format = if hex(value) {
-            "hex"
-        } else if uuid {
-            "uuid"
-        } else if value.len().is_multiple_of(4)
-            && value
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(b))
-        {
-            "base64"
-        } else {
-            "token"
-        };
-        TokenReport {
-            key: facts.key.clone(),
-            length: value.len(),
-            format: format.to_owned(),
-            ttl_ms: facts.ttl_ms(),
-        }
-    }
-
-    fn line(&self) -> String {
-        format!(
-            "{}: a {}-character {} token, expires in {}: a SET NX PX lock of another library \
-             (redis-py, redlock, redsync, ...) or a value of that shape",
-            self.key,
-            self.length,
-            self.format,
-            show(Duration::from_millis(self.ttl_ms.unwrap_or_default()))
         )
     }
 }
@@ -387,14 +329,7 @@ pub(crate) async fn read<S: Store>(
         Item::Rw(named, intent, queue) => rw(store, named, intent, queue, judge).await.map(Some),
         Item::Sem(named, queue) => sem(store, named, queue, judge).await.map(Some),
         Item::Legacy(facts, _) => legacy(store, &facts.key, keys, judge).await,
-        Item::Token(facts) => {
-            let report = TokenReport::new(&facts);
-            let mut found = judge.found(Class::TokenLock, facts.key.clone(), None, keys);
-            found.state = "held".to_owned();
-            found.line = report.line();
-            found.inspect = json(&report);
-            Ok(Some(found))
-        }
+        Item::Token(facts, _) => token(store, &facts.key, keys, judge).await,
         Item::Fence(facts) => {
             let report = FenceReport {
                 key: facts.key.clone(),
@@ -609,6 +544,24 @@ async fn legacy<S: Store>(
         let clear = judge.unlock(key, &format!(" --legacy --if-value {}", sh_quote(&value)));
         found = found.stuck(because, clear);
     }
+    Ok(Some(found))
+}
+
+async fn token<S: Store>(
+    store: &S,
+    key: &str,
+    keys: Vec<String>,
+    judge: &Judge,
+) -> tairlock::Result<Option<Found>> {
+    let report = token_inspect::inspect(store.clone(), key).await?;
+    // Gone since the scan saw it (or another type's now: somebody's data).
+    if report.state != "held" {
+        return Ok(None);
+    }
+    let mut found = judge.found(Class::TokenLock, key.to_owned(), None, keys);
+    found.state = report.state.clone();
+    found.line = report.line();
+    found.inspect = json(&report);
     Ok(Some(found))
 }
 

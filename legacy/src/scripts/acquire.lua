@@ -1,14 +1,21 @@
--- legacy_acquire: take a legacy-format lock if it is free, or if its timestamp has passed by the
--- server's clock; write a fencing token beside it in the same step.
+-- legacy_acquire: take a legacy-format lock if it is free, or if an old client wrote it (no TTL)
+-- and its timestamp has passed by the server's clock; write a fencing token beside it in the
+-- same step.
 --   KEYS[1]  lock key, exactly as the user names it (e.g. lock.orderid)
 --   KEYS[2]  fence key: {K}:fence, or K:fence when K has a hash tag (same slot either way)
 --   ARGV[1]  milliseconds per unit: 1000 (seconds) or 1 (milliseconds)
 --   ARGV[2]  lease in units: the `timeout` of `now + timeout + 1`
 --   ARGV[3]  fence retention in ms: how long the fence key outlives the lease
 -- Returns
---   {1, value, fence, px}   taken: value = now + timeout + 1 in units, by server time; the key
---                           carries PX px, so it disappears exactly when that timestamp passes
---   {0, value, remaining}   held: the holder's timestamp, and ms until it passes
+--   {1, value, fence, pttl} taken: value = now + timeout + 1 in units, by server time; the key
+--                           is written with a PX that ends it in the last millisecond of that
+--                           timestamp by the TIME read here (Redis counts the PX from the
+--                           script's start, which may be a little earlier: the key can go up to
+--                           a millisecond or so before its timestamp passes, never after);
+--                           pttl: the key's time to live after the write, which the client's
+--                           deadline is dated from
+--   {0, value, remaining}   held: the holder's timestamp, and ms until the key goes (its TTL), or
+--                           for a key without a TTL until its timestamp passes
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not a lock; nothing is written
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
 if lock_type ~= 'none' and lock_type ~= 'string' then
@@ -28,8 +35,18 @@ if cur then
   if #cur > 19 or not string.match(cur, '^%d+$') then
     return redis.error_reply('NOTLOCK lock key holds a value that is not a legacy lock timestamp')
   end
+  -- Held or not, by the rule WatchLock follows too (wire::held_for). A key with a TTL was written
+  -- by a Watch or Scripted client: held while it exists, whatever its timestamp says (inside a
+  -- script Redis judges expiry by the script's start time, and the timestamp, judged by the TIME
+  -- read above, can pass a millisecond before the key goes: taking the key then would overwrite
+  -- a lease its holder still relies on).
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl >= 0 then
+    return {0, cur, pttl}
+  end
+  -- No TTL: an old client wrote it. Expired iff now > value (the jeffkit rule), judged by the
+  -- server's clock only.
   local held = tonumber(cur)
-  -- Expired iff now > value (the jeffkit rule), judged by the server's clock only.
   if now <= held then
     -- The first ms past the timestamp, capped at 2^53 (Lua numbers are doubles: 17-19 digit
     -- timestamps would otherwise lose precision or overflow the integer reply).
@@ -57,4 +74,4 @@ local value = now + tonumber(ARGV[2]) + 1
 local px = (value + 1) * unit - now_ms - 1
 redis.call('SET', KEYS[1], string.format('%d', value), 'PX', px)
 redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', px + tonumber(ARGV[3]))
-return {1, string.format('%d', value), string.format('%d', fence), px}
+return {1, string.format('%d', value), string.format('%d', fence), redis.call('PTTL', KEYS[1])}

@@ -1,13 +1,16 @@
 use std::time::Duration;
 
+use tairlock::Ttl;
 use tairlock::script::{CommandError, CommandResult, Db, Reply, Script, int_arg, string_or_none};
 
 use super::native::{digits, now, px};
+use crate::wire::held_for;
 
 /// 2^53: the integers up to here are exact in a Lua number (a double).
 const LUA_EXACT: u128 = 1 << 53;
 
-/// Take a legacy-format lock if free or expired by server time. Lua: `acquire.lua`.
+/// Take a legacy-format lock if free, or written by an old client (no TTL) and expired by server
+/// time. Lua: `acquire.lua`.
 pub static ACQUIRE: Script = Script::new("legacy_acquire", include_str!("acquire.lua"), native);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
@@ -24,11 +27,14 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
                 "lock key holds a value that is not a legacy lock timestamp",
             )
         })?;
-        if now <= held {
-            // As the Lua computes it, in doubles: capped at 2^53 ms (17-19 digit timestamps in
-            // seconds would overflow u64 here, and lose precision there).
-            let ends_ms = ((u128::from(held) + 1) * u128::from(unit)).min(LUA_EXACT) as i64;
-            let remaining = ends_ms - now_ms as i64;
+        // The rule WatchLock follows too: a key with a TTL is held while it exists, one without
+        // (an old client's) until its timestamp passes.
+        let ttl = Ttl::from_pttl(db.pttl(lock));
+        if let Some(left) = held_for(held, ttl, unit, Duration::from_millis(now_ms)) {
+            // As the Lua computes it, in doubles: the time until the timestamp passes is capped
+            // at 2^53 ms (17-19 digit timestamps in seconds would overflow u64 here, and lose
+            // precision there).
+            let remaining = left.as_millis().min(LUA_EXACT - u128::from(now_ms)) as i64;
             return Ok(Reply::Array(vec![
                 Reply::Int(0),
                 Reply::Data(cur),
@@ -60,6 +66,6 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         Reply::Int(1),
         Reply::data(value.to_string()),
         Reply::data(fence.to_string()),
-        Reply::Int(px as i64),
+        Reply::Int(db.pttl(lock)),
     ]))
 }

@@ -6,8 +6,9 @@
 --   ARGV[3]  milliseconds per unit
 --   ARGV[4]  new lease in units, from now by server time
 --   ARGV[5]  fence retention in ms
--- Returns {1, value, px} renewed (the new timestamp replaces ARGV[1]); {0} held by another
--- grant; {-1} not held; {-2} rewritten by an old client. Error WRONGTYPE on another type.
+-- Returns {1, value, pttl} renewed (the new timestamp replaces ARGV[1]; pttl: the key's time to
+-- live after the write, which the client's deadline is dated from); {0} held by another grant;
+-- {-1} not held; {-2} rewritten by an old client. Error WRONGTYPE on another type.
 local lock_type = redis.call('TYPE', KEYS[1])['ok']
 if lock_type == 'none' then
   return {-1}
@@ -32,4 +33,4 @@ local value = math.floor(now_ms / unit) + tonumber(ARGV[4]) + 1
 local px = (value + 1) * unit - now_ms - 1
 redis.call('SET', KEYS[1], string.format('%d', value), 'PX', px)
 redis.call('PEXPIRE', KEYS[2], px + tonumber(ARGV[5]))
-return {1, string.format('%d', value), px}
+return {1, string.format('%d', value), redis.call('PTTL', KEYS[1])}

@@ -31,6 +31,6 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     Ok(Reply::Array(vec![
         Reply::Int(1),
         Reply::data(value.to_string()),
-        Reply::Int(px as i64),
+        Reply::Int(db.pttl(lock)),
     ]))
 }

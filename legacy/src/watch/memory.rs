@@ -55,15 +55,19 @@ fn snapshot(db: &mut Db, key: &str) -> Snapshot {
     }
 }
 
+/// `TTL key`: whole seconds, rounded to the nearest as the server does.
+fn ttl_secs(db: &mut Db, key: &str) -> i64 {
+    match db.pttl(key) {
+        ms if ms < 0 => ms,
+        ms => (ms + 500) / 1000,
+    }
+}
+
 fn read(db: &mut Db, read: &Read) -> Result<Reply, CommandError> {
     Ok(match read {
         Read::Get(key) => db.get(key)?.map_or(Reply::Nil, Reply::Data),
         Read::Pttl(key) => Reply::Int(db.pttl(key)),
-        // `TTL` rounds to the nearest second, as the server does.
-        Read::Ttl(key) => Reply::Int(match db.pttl(key) {
-            ms if ms < 0 => ms,
-            ms => (ms + 500) / 1000,
-        }),
+        Read::Ttl(key) => Reply::Int(ttl_secs(db, key)),
         Read::Time => {
             let (secs, micros) = db.time();
             Reply::Array(vec![
@@ -108,6 +112,8 @@ fn apply(db: &mut Db, op: &TxOp) -> Result<Reply, CommandError> {
         TxOp::Del { key } => Reply::Int(i64::from(db.del(key))),
         TxOp::Incr { key } => Reply::Int(db.incr_by(key, 1)?),
         TxOp::Expire { key, expiry } => Reply::Int(i64::from(db.pexpire(key, ttl(expiry)))),
+        TxOp::Pttl { key } => Reply::Int(db.pttl(key)),
+        TxOp::Ttl { key } => Reply::Int(ttl_secs(db, key)),
     })
 }
 

@@ -7,13 +7,13 @@
 //! acquire  WATCH K F; GET K; PTTL K; GET F; TIME                  (one pipeline, one round trip)
 //!          K absent, or K has no TTL and its timestamp has passed by server time:
 //!              MULTI; SET K <now+timeout+1> PX <ms>; PEXPIREAT K <end>;
-//!                     SET F <fence> PX <ms+retention>; EXEC          (one round trip)
+//!                     SET F <fence> PX <ms+retention>; PTTL K; EXEC  (one round trip)
 //!          else: busy (the next WATCH on the connection resets it)
 //! release  WATCH K F; GET K; PTTL K; GET F
 //!          K == my value, K has a TTL, F == my fence:  MULTI; DEL K; EXEC
 //!          else: not ours
 //! renew    as release, with MULTI; SET K <new value> XX PX <ms>; PEXPIREAT K <end>;
-//!                                  PEXPIRE F <ms+retention>; EXEC
+//!                                  PEXPIRE F <ms+retention>; PTTL K; EXEC
 //! ```
 //!
 //! (`UNWATCH` precedes each `WATCH` in its pipeline, so a pooled connection never carries an
@@ -29,6 +29,11 @@
 //! value is there for old clients reading the key); only a key an old client wrote (no TTL) is
 //! judged by its timestamp, against the server's `TIME`. No client clock is
 //! consulted in the [`Modern`](Profile::Modern) profile (F2 gone).
+//!
+//! A holding is relied on for the time the `PTTL K` inside the transaction reports, from when the
+//! `EXEC` was sent ([`tairlock::deadline::local_deadline`]); in [`Classic`](Profile::Classic),
+//! for the whole seconds `TTL K` reports less one (a server before 2.6 cuts the seconds down,
+//! one since rounds them to the nearest).
 //!
 //! # Key layout
 //!
@@ -80,6 +85,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tairlock::deadline::{Remaining, local_deadline};
 use tairlock::{Error, ErrorKind, Reply, Result, Ttl};
 
 #[cfg(feature = "cluster")]
@@ -93,8 +99,8 @@ pub use self::store::{Expiry, Read, TxOp, WatchConnection, WatchStore};
 // Set in the options, which every kind shares; named here too, where it is used.
 pub use crate::options::Profile;
 
-use crate::options::{Holding, Options, Release, Renew, TryAcquire, deadline};
-use crate::wire::{fence_key, not_a_timestamp, parse_value, validate_key};
+use crate::options::{Holding, Options, Release, Renew, TryAcquire};
+use crate::wire::{fence_key, held_for, not_a_timestamp, parse_value, validate_key};
 
 /// How many times one operation re-reads after an aborted `EXEC` before giving up.
 const MAX_ABORTS: u32 = 16;
@@ -498,8 +504,6 @@ struct Observed {
     last_fence: Option<u64>,
     /// The judging clock: the server's (Modern) or the client's (Classic).
     now: Duration,
-    /// When the reads started, locally.
-    started: tokio::time::Instant,
 }
 
 /// What to do after the reads.
@@ -531,7 +535,7 @@ struct Txn<'a, S: WatchStore> {
     op: Op,
     stage: Stage,
     con: Option<S::Connection>,
-    queued: Option<(Vec<TxOp>, Pending, Observed)>,
+    queued: Option<(Vec<TxOp>, Pending)>,
     aborts: u32,
 }
 
@@ -594,7 +598,7 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                     }
                     Plan::Commit(ops, pending) => {
                         self.con = Some(con);
-                        self.queued = Some((ops, pending, observed));
+                        self.queued = Some((ops, pending));
                         self.stage = Stage::Exec;
                         Ok(None)
                     }
@@ -602,7 +606,8 @@ impl<'a, S: WatchStore> Txn<'a, S> {
             }
             Stage::Exec => {
                 let mut con = self.con.take().expect("a read step left a connection");
-                let (ops, pending, observed) = self.queued.take().expect("a read step queued");
+                let (ops, pending) = self.queued.take().expect("a read step queued");
+                let sent = tokio::time::Instant::now();
                 let replies = con.exec(&ops).await?;
                 match replies {
                     None => {
@@ -626,7 +631,7 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                     Some(replies) => {
                         self.lock.recycle(con);
                         self.stage = Stage::Done;
-                        Ok(Some(self.finish(pending, &replies, &observed)?))
+                        Ok(Some(self.finish(pending, &replies, sent)?))
                     }
                 }
             }
@@ -636,7 +641,6 @@ impl<'a, S: WatchStore> Txn<'a, S> {
 
     async fn read(&self, con: &mut S::Connection) -> Result<Observed> {
         let profile = self.lock.options.profile;
-        let started = tokio::time::Instant::now();
         let mut reads = vec![
             Read::Get(self.key.clone()),
             match profile {
@@ -704,7 +708,6 @@ impl<'a, S: WatchStore> Txn<'a, S> {
             ttl,
             last_fence,
             now,
-            started,
         })
     }
 
@@ -712,23 +715,14 @@ impl<'a, S: WatchStore> Txn<'a, S> {
         let unit = self.lock.options.unit;
         match self.op {
             Op::Acquire { timeout } => {
-                let free = match (seen.value, seen.ttl) {
-                    (None, _) | (Some(_), Ttl::Missing) => true,
-                    (Some(v), Ttl::Expires(left)) => {
-                        // Written by a Watch or Scripted client: the TTL decides.
-                        return Ok(Plan::Finish(Outcome::Acquire(TryAcquire::Busy {
-                            holder: Some(v),
-                            remaining: Some(left),
-                        })));
-                    }
-                    // Written by an old client (no TTL): judge its timestamp.
-                    (Some(v), Ttl::Persistent) => unit.is_expired(v, seen.now),
-                };
-                if !free {
-                    let v = seen.value.expect("a busy lock has a value");
+                // Written by a Watch or Scripted client (a TTL): held while it exists; by an old
+                // client (no TTL): judged by its timestamp. The rule ScriptedLock's script follows.
+                if let Some(v) = seen.value
+                    && let Some(left) = held_for(v, seen.ttl, unit.millis(), seen.now)
+                {
                     return Ok(Plan::Finish(Outcome::Acquire(TryAcquire::Busy {
                         holder: Some(v),
-                        remaining: Some(unit.remaining(v, seen.now)),
+                        remaining: Some(left),
                     })));
                 }
                 let value = unit.value(seen.now, timeout);
@@ -815,13 +809,13 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                         expiry: Expiry::At(last_ms),
                     },
                 ];
-                match keep {
+                let fence = match keep {
                     Some(_) => {
                         ops.push(TxOp::Expire {
                             key: self.fence_key.clone(),
                             expiry: fence_ttl,
                         });
-                        (ops, None)
+                        None
                     }
                     None => {
                         let now_us = seen.now.as_micros() as u64;
@@ -832,9 +826,14 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                             expiry: fence_ttl,
                             xx: false,
                         });
-                        (ops, Some(fence))
+                        Some(fence)
                     }
-                }
+                };
+                // Last: the time the key has left after the writes, the holding's deadline.
+                ops.push(TxOp::Pttl {
+                    key: self.key.clone(),
+                });
+                (ops, fence)
             }
             Profile::Classic => {
                 let secs = left.as_millis().div_ceil(1000).max(1) as u64;
@@ -849,25 +848,50 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                         key: self.fence_key.clone(),
                     });
                 }
+                ops.push(TxOp::Ttl {
+                    key: self.key.clone(),
+                });
                 (ops, None)
             }
         }
     }
 
-    fn finish(&self, pending: Pending, replies: &[Reply], seen: &Observed) -> Result<Outcome> {
+    /// The outcome of a committed transaction whose `EXEC` was sent at `sent`.
+    fn finish(
+        &self,
+        pending: Pending,
+        replies: &[Reply],
+        sent: tokio::time::Instant,
+    ) -> Result<Outcome> {
         let unit = self.lock.options.unit;
-        let holding = |value: u64, fence: u64| Holding {
-            key: self.key.clone(),
-            value,
-            unit,
-            fence: Some(fence),
-            deadline: deadline(seen.started, unit.remaining(value, seen.now)),
-        };
         let unexpected = || {
             Error::new(
                 ErrorKind::Server,
                 format!("unexpected EXEC replies from the WatchLock transaction: {replies:?}"),
             )
+        };
+        // The time the key has left after the writes, as the transaction's last reply reports
+        // it; `None` when the key is gone (an EXEC that ran after the end it wrote).
+        let left = || -> Result<Option<Remaining>> {
+            let reported = replies
+                .last()
+                .and_then(Reply::as_int)
+                .ok_or_else(unexpected)?;
+            Ok(match self.lock.options.profile {
+                Profile::Modern => Remaining::from_server_ms(reported),
+                // Whole seconds, cut down (before 2.6) or rounded to the nearest (since): at
+                // least one second less is surely left.
+                Profile::Classic => u64::try_from(reported).ok().and_then(|secs| {
+                    Remaining::from_server_ms(secs.saturating_sub(1) as i64 * 1000)
+                }),
+            })
+        };
+        let holding = |value: u64, fence: u64, left: Remaining| Holding {
+            key: self.key.clone(),
+            value,
+            unit,
+            fence: Some(fence),
+            deadline: local_deadline(sent, left),
         };
         Ok(match pending {
             Pending::Acquired { value, fence } => {
@@ -879,7 +903,16 @@ impl<'a, S: WatchStore> Txn<'a, S> {
                         .and_then(Reply::as_int)
                         .ok_or_else(unexpected)? as u64,
                 };
-                Outcome::Acquire(TryAcquire::Acquired(holding(value, fence)))
+                match left()? {
+                    Some(left) => {
+                        Outcome::Acquire(TryAcquire::Acquired(holding(value, fence, left)))
+                    }
+                    // Written and gone at once: nothing is held.
+                    None => Outcome::Acquire(TryAcquire::Busy {
+                        holder: None,
+                        remaining: None,
+                    }),
+                }
             }
             Pending::Released => match replies.first().and_then(Reply::as_int) {
                 Some(1) => Outcome::Release(Release::Released),
@@ -888,7 +921,10 @@ impl<'a, S: WatchStore> Txn<'a, S> {
             },
             Pending::Renewed { value, fence } => match replies.first() {
                 Some(Reply::Nil) => Outcome::Renew(Renew::NotHeld),
-                Some(_) => Outcome::Renew(Renew::Renewed(holding(value, fence))),
+                Some(_) => match left()? {
+                    Some(left) => Outcome::Renew(Renew::Renewed(holding(value, fence, left))),
+                    None => Outcome::Renew(Renew::NotHeld),
+                },
                 None => return Err(unexpected()),
             },
         })

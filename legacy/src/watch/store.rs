@@ -165,16 +165,30 @@ pub enum TxOp {
         /// The new expiry.
         expiry: Expiry,
     },
+    /// `PTTL key`, read inside the transaction after its writes: milliseconds, `-1` without a
+    /// TTL, `-2` for a missing key (Redis ≥ 2.6). A grant's deadline is dated from it.
+    Pttl {
+        /// The key.
+        key: String,
+    },
+    /// `TTL key`, as [`TxOp::Pttl`] in whole seconds, for servers without `PTTL` (rounded to
+    /// the nearest second since Redis 2.6, cut down before).
+    Ttl {
+        /// The key.
+        key: String,
+    },
 }
 
 impl TxOp {
-    /// The key the command writes.
+    /// The key the command writes (or, for [`TxOp::Pttl`] and [`TxOp::Ttl`], reads).
     pub fn key(&self) -> &str {
         match self {
             TxOp::Set { key, .. }
             | TxOp::Del { key }
             | TxOp::Incr { key }
-            | TxOp::Expire { key, .. } => key,
+            | TxOp::Expire { key, .. }
+            | TxOp::Pttl { key }
+            | TxOp::Ttl { key } => key,
         }
     }
 
@@ -251,6 +265,14 @@ impl TxOp {
             } => {
                 cmd = redis::cmd("PEXPIREAT");
                 cmd.arg(key).arg(*at);
+            }
+            TxOp::Pttl { key } => {
+                cmd = redis::cmd("PTTL");
+                cmd.arg(key);
+            }
+            TxOp::Ttl { key } => {
+                cmd = redis::cmd("TTL");
+                cmd.arg(key);
             }
         }
         Ok(cmd)

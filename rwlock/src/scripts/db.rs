@@ -68,6 +68,16 @@ pub(crate) fn add_reader(
     Ok(())
 }
 
+/// The time a reader's lease ending at `expiry` has left at `now_ms`, never past the readers
+/// set's own expiry: the scripts' `left`, the remaining time a grant or renewal reports.
+pub(crate) fn reader_left(db: &mut Db, readers: &str, expiry: u64, now_ms: u64) -> i64 {
+    let left = expiry as i64 - now_ms as i64;
+    match db.pttl(readers) {
+        set if set >= 0 && set < left => set,
+        _ => left,
+    }
+}
+
 /// A fair writer's entry in the waiters hash: (lease end ms, lease ms, wake channel).
 pub(crate) fn waiter_entry(raw: &[u8]) -> Option<(u64, u64, String)> {
     let text = std::str::from_utf8(raw).ok()?;
@@ -75,4 +85,18 @@ pub(crate) fn waiter_entry(raw: &[u8]) -> Option<(u64, u64, String)> {
     let ends = parts.next()?.parse().ok()?;
     let wl = parts.next()?.parse().ok()?;
     Some((ends, wl, parts.next()?.to_owned()))
+}
+
+/// A lease's fencing token, as Lua's `string.match(lease, '^tl1:%d+:(%d+):')`: `None` when the
+/// value does not have that shape.
+pub(crate) fn lease_fence(lease: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(lease).ok()?;
+    let mut parts = text.strip_prefix("tl1:")?.splitn(3, ':');
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let expiry = parts.next()?;
+    let fence = parts.next()?;
+    parts.next()?;
+    (digits(expiry) && digits(fence))
+        .then(|| fence.parse().ok())
+        .flatten()
 }

@@ -7,9 +7,11 @@
 --   ARGV[3]  the read lease in ms (> 0)
 --   ARGV[4]  the lock's release channel (waiting readers may enter now)
 --   ARGV[5]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
--- Returns {1, expiry ms, live readers} downgraded (also when the write lease is gone because
--- this very downgrade happened already and its reader is still live: a retried call whose
--- first reply was lost), {0} held by another lease, {-1} not held.
+-- Returns {1, expiry ms, live readers, remaining ms} downgraded (also when the write lease is
+-- gone because this very downgrade happened already and its reader is still live: a retried
+-- call whose first reply was lost, answered with the reader its first call added); remaining:
+-- the time the reader's lease has left by the server's clock (expiry − now, never past the
+-- set's own expiry), {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
 local wt = redis.call('TYPE', KEYS[1])['ok']
 if wt ~= 'none' and wt ~= 'string' then
@@ -28,13 +30,22 @@ if wt == 'string' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The time a reader's lease with this expiry has left: never past the set's own expiry.
+local function left(expiry)
+  local ms = expiry - now
+  local set = redis.call('PTTL', KEYS[2])
+  if set >= 0 and set < ms then
+    ms = set
+  end
+  return ms
+end
 if writer ~= ARGV[1] then
   -- Done already? The reader this downgrade adds is in, live (read-only: nothing is reaped).
   if rt == 'zset' then
     local mine = redis.call('ZSCORE', KEYS[2], ARGV[2])
     if mine and tonumber(mine) >= now then
       local live = redis.call('ZCOUNT', KEYS[2], string.format('%d', now), '+inf')
-      return {1, tonumber(mine), live}
+      return {1, tonumber(mine), live, left(tonumber(mine))}
     end
   end
   if writer then
@@ -57,4 +68,4 @@ redis.call('DEL', KEYS[1])
 if ARGV[5] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[4], 'released')) == 'table' then
   redis.pcall('PUBLISH', ARGV[4], 'released')
 end
-return {1, expiry, redis.call('ZCARD', KEYS[2])}
+return {1, expiry, redis.call('ZCARD', KEYS[2]), left(expiry)}

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::db::{add_reader, reap, typed, writer_lease};
+use super::db::{add_reader, reader_left, reap, typed, writer_lease};
 
 /// Turn a held write lock into a read lock in one step; a repeat after it happened answers the
 /// same. Lua: `downgrade.lua`.
@@ -19,10 +19,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
             && mine >= now as f64
         {
             let live = db.zrange_by_score(r, now as f64, f64::INFINITY)?.len();
+            let expiry = mine as u64;
             return Ok(Reply::Array(vec![
                 Reply::Int(1),
-                Reply::Int(mine as i64),
+                Reply::Int(expiry as i64),
                 Reply::Int(live as i64),
+                Reply::Int(reader_left(db, r, expiry, now)),
             ]));
         }
         let code = if writer.is_some() { 0 } else { -1 };
@@ -38,5 +40,6 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         Reply::Int(1),
         Reply::Int(expiry as i64),
         Reply::Int(db.zcard(r)? as i64),
+        Reply::Int(reader_left(db, r, expiry, now)),
     ]))
 }

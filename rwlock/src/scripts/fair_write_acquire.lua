@@ -19,10 +19,15 @@
 --   ARGV[7]  '1' to queue when refused (a waiting call); '0' for a single attempt
 --   ARGV[8]  the lock's intent channel: a newly raised intent against live readers is announced
 --   ARGV[9]  'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
+--   ARGV[10] optional: '1' to announce on ARGV[8] ('idle') when refused by live readers without
+--            raising an intent: a waiting writer under reader preference, once per wait, so
+--            that clients give back their *idle* shared read holds (as rw_write_acquire's 7th)
 -- Returns
---   {1, lease}                      ours: taken now, or granted by a release (confirmed now: the
+--   {1, lease, pttl}                ours: taken now, or granted by a release (confirmed now: the
 --                                   lease is rewritten to ARGV[2] from now, the fence kept), or
---                                   held already (a repeat); safe to repeat
+--                                   held already (a repeat); safe to repeat; pttl: the time the
+--                                   writer key has left, which the client's deadline is dated
+--                                   from
 --   {0, 'writer', pttl, readers}    another writer holds it for pttl more ms
 --   {0, 'intent', pttl, readers}    a live fair writer is queued ahead (pttl: its place's time
 --                                   left), or a plain writer's intent is up (pttl: its time left)
@@ -108,7 +113,7 @@ local function take(fence)
       redis.call('DEL', KEYS[3])
     end
   end
-  return {1, lease}
+  return {1, lease, redis.call('PTTL', KEYS[1])}
 end
 if writer then
   local mine = ':' .. nonce
@@ -145,4 +150,10 @@ if readers == 0 then
 end
 queue()
 raise_intent(true)
+if intent_ms <= 0 and ARGV[10] == '1' then
+  -- Reader preference: no intent, only the hint to give back idle holds.
+  if ARGV[9] ~= 'SPUBLISH' or type(redis.pcall('SPUBLISH', ARGV[8], 'idle')) == 'table' then
+    redis.pcall('PUBLISH', ARGV[8], 'idle')
+  end
+end
 return {0, 'readers', redis.call('PTTL', KEYS[2]), readers}

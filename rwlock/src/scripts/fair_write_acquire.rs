@@ -133,7 +133,11 @@ impl Run<'_> {
                 }
             }
         }
-        Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]))
+        Ok(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::data(lease),
+            Reply::Int(db.pttl(&self.keys[0])),
+        ]))
     }
 }
 
@@ -217,5 +221,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     }
     run.queue(db)?;
     run.raise_intent(db, true)?;
+    if run.intent_ms <= 0
+        && args.get(9).is_some_and(|a| a == "1")
+        && let Some(channel) = args.get(7)
+    {
+        // Reader preference: no intent, only the hint to give back idle holds.
+        db.publish(channel);
+    }
     Ok(refused("readers", db.pttl(r), readers))
 }

@@ -15,6 +15,13 @@
 --   ARGV[5]  'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 --   ARGV[6]  intent lease in ms (writer preference; 0: none): a fair intent passes to the next
 --            live queued writer for that long
+--   ARGV[7]  optional, with 'nonce': a fencing token, the last an operator's snapshot saw
+--            issued: a write lock held under the nonce is given back only if its token is no
+--            larger (one taken or granted after the snapshot is left alone)
+-- A plain writer's intent (one no queued fair writer holds) is respected: a release then grants
+-- nothing, frees the lock and announces on ARGV[4], where that writer waits. A waiter leaving a
+-- free write lock as the first live queued writer (no release is coming to hand it on) wakes
+-- the next live queued writer on its wake channel ('released').
 -- Returns {released, granted}: released 1 (the lease was ours and is gone), 0 (held by another
 -- lease; nothing changed but a leaving waiter's place and intent), -1 (not held); granted 1
 -- when the lock went to the next queued writer, else 0. Safe to repeat: a repeat finds nothing
@@ -70,11 +77,17 @@ local function pass_intent()
 end
 local ours
 local withdrew = false
+local was_first = false
 if ARGV[2] == 'nonce' then
+  was_first = not writer and head() == ARGV[1]
   leave(ARGV[1])
   withdrew = intent == ARGV[1]
   local mine = ':' .. ARGV[1]
   ours = writer and string.sub(writer, -#mine) == mine
+  if ours and ARGV[7] then
+    local fence = tonumber(string.match(writer, '^tl1:%d+:(%d+):'))
+    ours = fence ~= nil and fence <= tonumber(ARGV[7])
+  end
 else
   ours = writer == ARGV[1]
 end
@@ -84,12 +97,23 @@ if not ours then
     -- Readers kept out by the intent may enter now.
     announce(ARGV[4], 'released')
   end
+  if was_first then
+    local next_writer, _, next_channel = head()
+    if next_writer then
+      announce(next_channel, 'released')
+    end
+  end
   if writer then return {0, 0} end
   return {-1, 0}
 end
 redis.call('DEL', KEYS[1])
 local retention = tonumber(ARGV[3])
-local first, wl, channel = head()
+-- A plain writer's intent: it goes first, as for plain writers.
+local plain_intent = intent and not moves
+local first, wl, channel = false, 0, false
+if not plain_intent then
+  first, wl, channel = head()
+end
 if first then
   -- Granted for the waiter lease: a grant to a waiter that died lapses that soon; the waiter
   -- confirms it (rw_fair_write_acquire) and so gets its full lease.

@@ -3,7 +3,7 @@ use std::time::Duration;
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_us};
 use tairlock::scripts::{format_lease, read_fence};
 
-use super::db::{ends_with_nonce, intent, typed, waiter_entry, writer_lease};
+use super::db::{ends_with_nonce, intent, lease_fence, typed, waiter_entry, writer_lease};
 
 /// A fair writer's release (or a fair waiter leaving), granting the freed write lock to the
 /// first live queued writer. Lua: `fair_write_release.lua`.
@@ -78,12 +78,22 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let now_us = now_us(db);
     let now = now_us / 1000;
     let pair = |a, b| Ok(Reply::Array(vec![Reply::Int(a), Reply::Int(b)]));
+    let mut was_first = false;
     let (ours, withdrew) = if args[1] == "nonce" {
+        was_first = writer.is_none()
+            && head(db, keys, now)?.is_some_and(|(first, _, _)| first == args[0].as_bytes());
         leave(db, keys, args[0].as_bytes())?;
+        // Lua: `^tl1:%d+:(%d+):`, and no bound without ARGV[7].
+        let seen = |lease: &[u8]| match args.get(6) {
+            None => true,
+            Some(bound) => lease_fence(lease)
+                .zip(bound.parse::<u64>().ok())
+                .is_some_and(|(fence, bound)| fence <= bound),
+        };
         (
             writer
                 .as_ref()
-                .is_some_and(|v| ends_with_nonce(v, &args[0])),
+                .is_some_and(|v| ends_with_nonce(v, &args[0]) && seen(v)),
             intent.as_deref() == Some(args[0].as_bytes()),
         )
     } else {
@@ -94,6 +104,9 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         if moves && !pass_intent(db, keys, now, intent_ms)? {
             db.publish(&args[3]);
         }
+        if was_first && let Some((_, _, channel)) = head(db, keys, now)? {
+            db.publish(&channel);
+        }
         return if writer.is_some() {
             pair(0, 0)
         } else {
@@ -102,7 +115,13 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     }
     db.del(w);
     let retention = int_arg(args, 2)? as u64;
-    if let Some((first, wl, channel)) = head(db, keys, now)? {
+    // A plain writer's intent: it goes first, as for plain writers.
+    let plain_intent = intent.is_some() && !moves;
+    let first = match plain_intent {
+        true => None,
+        false => head(db, keys, now)?,
+    };
+    if let Some((first, wl, channel)) = first {
         let fence = (last + 1).max(now_us);
         let lease = format_lease(now + wl, fence, &String::from_utf8_lossy(&first));
         db.set(w, lease, Some(Duration::from_millis(wl)));

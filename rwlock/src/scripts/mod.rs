@@ -3,18 +3,24 @@
 //!
 //! | operation | KEYS | ARGV | reply |
 //! |---|---|---|---|
-//! | [`READ_ACQUIRE`] | w, r, wi | nonce, lease ms, honour intent | `{1, expiry, readers}` / `{0, 'writer'\|'intent', pttl}` |
-//! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms, [intent channel, [publish cmd, [announce idle]]] | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
+//! | [`READ_ACQUIRE`] | w, r, wi | nonce, lease ms, honour intent | `{1, expiry, readers, remaining}` / `{0, 'writer'\|'intent', pttl}` |
+//! | [`WRITE_ACQUIRE`] | w, r, wi, fence | nonce, lease ms, intent ms, fence retention ms, [intent channel, [publish cmd, [announce idle]]] | `{1, lease, pttl}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
 //! | [`READ_RELEASE`] | r, [wq, ww] | nonce, channel, [publish cmd] | `1` / `-1` |
-//! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry}` / `{-1}` |
+//! | [`READ_RENEW`] | r | nonce, lease ms | `{1, expiry, remaining}` / `{-1}` |
 //! | [`WRITE_ABANDON`] | w, wi | nonce, channel, [publish cmd] | keys deleted |
-//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers}` (also a repeat after it happened) / `{0}` / `{-1}` |
-//! | [`FAIR_WRITE_ACQUIRE`] | w, r, wi, fence, wq, ww | nonce, lease ms, intent ms, fence retention ms, waiter lease ms, wake channel, queue `1`/`0`, intent channel, [publish cmd] | `{1, lease}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
+//! | [`DOWNGRADE`] | w, r | lease, reader nonce, lease ms, channel, [publish cmd] | `{1, expiry, readers, remaining}` (also a repeat after it happened) / `{0}` / `{-1}` |
+//! | [`FAIR_WRITE_ACQUIRE`] | w, r, wi, fence, wq, ww | nonce, lease ms, intent ms, fence retention ms, waiter lease ms, wake channel, queue `1`/`0`, intent channel, publish cmd, [announce `idle` `1`/`0`] | `{1, lease, pttl}` / `{0, 'writer'\|'intent'\|'readers', pttl, readers}` |
 //! | [`FAIR_WRITE_RELEASE`] | w, wi, fence, wq, ww | lease or nonce, `lease`/`nonce`, fence retention ms, channel, publish cmd, intent ms | `{released 1/0/-1, granted 1/0}` |
 //! | [`INSPECT`] | w, r, wi, fence | | snapshot (read-only) |
 //! | [`COUNT`] | w, r, wi | | `{readers, writer pttl, intent pttl}` (read-only) |
 //! | core [`EXPIRE_UNLOCK`](tairlock::scripts::EXPIRE_UNLOCK) | w | lease, channel, [publish cmd] | `1` / `0` / `-1` (write release) |
-//! | core [`RENEW`](tairlock::scripts::RENEW) | w, fence | lease, lease ms, new nonce, retention ms | `{1, lease}` / `{0}` / `{-1}` (write renewal) |
+//! | core [`RENEW`](tairlock::scripts::RENEW) | w, fence | lease, lease ms, new nonce, retention ms | `{1, lease, pttl}` / `{0}` / `{-1}` (write renewal) |
+//!
+//! Every reply that grants or renews a lease ends with the time that lease has left by the
+//! server's clock (`remaining`: a reader's expiry − `TIME`, never past the readers set's own
+//! expiry; `pttl`: the writer key's `PTTL`), also when it answers a repeat with the lease the
+//! first call made: the holder's local deadline is dated from it
+//! ([`tairlock::deadline::local_deadline`]), never from the length asked for.
 //!
 //! The two fair scripts serve [`Options::fair`](crate::Options::fair) writers (see
 //! `docs/rwlock.md`); [`READ_RELEASE`] given the fair queue's keys also wakes the first queued

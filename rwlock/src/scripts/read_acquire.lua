@@ -7,8 +7,12 @@
 --   ARGV[2]  lease length in ms (> 0)
 --   ARGV[3]  '1': a writer's intent blocks new readers (writer preference); '0': it does not
 -- Returns
---   {1, expiry ms, live readers}   admitted (also when this nonce is already a live reader: a
---                                  retried call whose first reply was lost)
+--   {1, expiry ms, live readers, remaining ms}
+--                                  admitted (also when this nonce is already a live reader: a
+--                                  retried call whose first reply was lost, answered with the
+--                                  lease its first call made); remaining: the time that lease
+--                                  has left by the server's clock (expiry − now, never past the
+--                                  set's own expiry), which the client's deadline is dated from
 --   {0, 'writer', pttl}            a writer holds the lock for pttl more ms
 --   {0, 'intent', pttl}            a writer is waiting; its intent expires in pttl ms
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
@@ -40,11 +44,20 @@ if it == 'string' then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The time a reader's lease with this expiry has left: never past the set's own expiry.
+local function left(expiry)
+  local ms = expiry - now
+  local set = redis.call('PTTL', KEYS[2])
+  if set >= 0 and set < ms then
+    ms = set
+  end
+  return ms
+end
 -- Reap readers whose lease has passed: a crashed reader blocks nobody beyond its lease.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%d', now))
 local mine = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if mine then
-  return {1, tonumber(mine), redis.call('ZCARD', KEYS[2])}
+  return {1, tonumber(mine), redis.call('ZCARD', KEYS[2]), left(tonumber(mine))}
 end
 if writer then
   return {0, 'writer', redis.call('PTTL', KEYS[1])}
@@ -59,4 +72,4 @@ redis.call('ZADD', KEYS[2], string.format('%d', expiry), ARGV[1])
 if redis.call('PTTL', KEYS[2]) < lease then
   redis.call('PEXPIRE', KEYS[2], lease)
 end
-return {1, expiry, redis.call('ZCARD', KEYS[2])}
+return {1, expiry, redis.call('ZCARD', KEYS[2]), left(expiry)}

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::db::{add_reader, intent, reap, typed, writer_lease};
+use super::db::{add_reader, intent, reader_left, reap, typed, writer_lease};
 
 /// Admit one reader unless a writer holds (or, honouring intent, waits for) the lock. Lua:
 /// `read_acquire.lua`.
@@ -18,10 +18,13 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let now = now_ms(db);
     reap(db, r, now)?;
     if let Some(score) = db.zscore(r, nonce.as_bytes())? {
+        // A repeat: the lease its first call made, with the time that lease has left.
+        let expiry = score as u64;
         return Ok(Reply::Array(vec![
             Reply::Int(1),
-            Reply::Int(score as i64),
+            Reply::Int(expiry as i64),
             Reply::Int(db.zcard(r)? as i64),
+            Reply::Int(reader_left(db, r, expiry, now)),
         ]));
     }
     if writer.is_some() {
@@ -45,5 +48,6 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
         Reply::Int(1),
         Reply::Int(expiry as i64),
         Reply::Int(db.zcard(r)? as i64),
+        Reply::Int(reader_left(db, r, expiry, now)),
     ]))
 }

@@ -2,7 +2,8 @@
 --   KEYS[1]  readers key  <prefix>{name}:r
 --   ARGV[1]  the reader's nonce
 --   ARGV[2]  new lease length in ms (> 0)
--- Returns {1, expiry ms} renewed, {-1} not held (expired or released: a reader whose lease has
+-- Returns {1, expiry ms, remaining ms} renewed (remaining: the time the lease has left by the
+-- server's clock, never past the set's own expiry), {-1} not held (expired or released: a reader whose lease has
 -- passed is gone, like an expired key, and cannot come back).
 -- Error WRONGTYPE when the key holds data that is not ours; nothing is written.
 local rt = redis.call('TYPE', KEYS[1])['ok']
@@ -24,4 +25,9 @@ redis.call('ZADD', KEYS[1], string.format('%d', expiry), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end
-return {1, expiry}
+local left = expiry - now
+local set = redis.call('PTTL', KEYS[1])
+if set >= 0 and set < left then
+  left = set
+end
+return {1, expiry, left}

@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script, int_arg, now_ms};
 
-use super::db::{add_reader, reap, typed};
+use super::db::{add_reader, reader_left, reap, typed};
 
 /// Move a live reader's lease. Lua: `read_renew.lua`.
 pub static READ_RENEW: Script =
@@ -19,5 +19,9 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let lease = int_arg(args, 1)? as u64;
     let expiry = now + lease;
     add_reader(db, r, &args[0], expiry, lease)?;
-    Ok(Reply::Array(vec![Reply::Int(1), Reply::Int(expiry as i64)]))
+    Ok(Reply::Array(vec![
+        Reply::Int(1),
+        Reply::Int(expiry as i64),
+        Reply::Int(reader_left(db, r, expiry, now)),
+    ]))
 }

@@ -6,6 +6,9 @@
 --   ARGV[1]  the acquisition's nonce
 --   ARGV[2]  the lock's release channel
 --   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
+--   ARGV[4]  optional: a fencing token, the last an operator's snapshot saw issued: the write
+--            lock is deleted only if its token is no larger (a writer that took it after the
+--            snapshot is left alone, though it holds it under the nonce the snapshot saw)
 -- Returns how many keys were deleted (0, 1 or 2); publishes on the channel when any was.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is deleted.
 local wt = redis.call('TYPE', KEYS[1])['ok']
@@ -32,7 +35,12 @@ if it == 'string' then
 end
 local deleted = 0
 local mine = ':' .. ARGV[1]
-if writer and string.sub(writer, -#mine) == mine then
+local function seen(lease)
+  if not ARGV[4] then return true end
+  local fence = tonumber(string.match(lease, '^tl1:%d+:(%d+):'))
+  return fence ~= nil and fence <= tonumber(ARGV[4])
+end
+if writer and string.sub(writer, -#mine) == mine and seen(writer) then
   redis.call('DEL', KEYS[1])
   deleted = deleted + 1
 end

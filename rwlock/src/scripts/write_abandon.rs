@@ -1,6 +1,6 @@
 use tairlock::script::{CommandResult, Db, Reply, Script};
 
-use super::db::{ends_with_nonce, intent, typed, writer_lease};
+use super::db::{ends_with_nonce, intent, lease_fence, typed, writer_lease};
 
 /// Undo what one write acquisition left behind (its lock, its intent). Lua:
 /// `write_abandon.lua`.
@@ -18,7 +18,14 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let writer = writer_lease(db, w)?;
     let intent = intent(db, wi)?;
     let mut deleted = 0;
-    if writer.is_some_and(|v| ends_with_nonce(&v, nonce)) {
+    // Lua: `^tl1:%d+:(%d+):`, and no bound without ARGV[4].
+    let seen = |lease: &[u8]| match args.get(3) {
+        None => true,
+        Some(bound) => lease_fence(lease)
+            .zip(bound.parse::<u64>().ok())
+            .is_some_and(|(fence, bound)| fence <= bound),
+    };
+    if writer.is_some_and(|v| ends_with_nonce(&v, nonce) && seen(&v)) {
         db.del(w);
         deleted += 1;
     }

@@ -19,8 +19,11 @@
 --            that clients give back their *idle* shared read holds (holds with readers inside
 --            stay, and take new readers)
 -- Returns
---   {1, lease}                      taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by
---                                   server time (also when this nonce already holds it: a retry)
+--   {1, lease, pttl}                taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by
+--                                   server time (also when this nonce already holds it: a retry,
+--                                   answered with the lease its first call wrote); pttl: the
+--                                   time the writer key has left, which the client's deadline
+--                                   is dated from
 --   {0, 'writer', pttl, readers}    another writer holds it for pttl more ms
 --   {0, 'intent', pttl, readers}    another writer waits first; its intent expires in pttl ms
 --   {0, 'readers', pttl, readers}   live readers are in; the last lease ends within pttl ms
@@ -68,7 +71,7 @@ local readers = 0
 if writer then
   local mine = ':' .. ARGV[1]
   if string.sub(writer, -#mine) == mine then
-    return {1, writer}
+    return {1, writer, redis.call('PTTL', KEYS[1])}
   end
   blocker, remaining = 'writer', redis.call('PTTL', KEYS[1])
 else
@@ -94,7 +97,7 @@ else
     if intent then
       redis.call('DEL', KEYS[3])
     end
-    return {1, lease}
+    return {1, lease, redis.call('PTTL', KEYS[1])}
   end
   blocker, remaining = 'readers', redis.call('PTTL', KEYS[2])
 end

@@ -26,7 +26,12 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
     let (blocker, remaining) = match writer {
         Some(cur) => {
             if ends_with_nonce(&cur, nonce) {
-                return Ok(Reply::Array(vec![Reply::Int(1), Reply::Data(cur)]));
+                // A repeat: the lease its first call wrote, with the time it has left.
+                return Ok(Reply::Array(vec![
+                    Reply::Int(1),
+                    Reply::Data(cur),
+                    Reply::Int(db.pttl(w)),
+                ]));
             }
             ("writer", db.pttl(w))
         }
@@ -57,7 +62,11 @@ fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply>
                 if intent.is_some() {
                     db.del(wi);
                 }
-                return Ok(Reply::Array(vec![Reply::Int(1), Reply::data(lease)]));
+                return Ok(Reply::Array(vec![
+                    Reply::Int(1),
+                    Reply::data(lease),
+                    Reply::Int(db.pttl(w)),
+                ]));
             }
             ("readers", db.pttl(r))
         }

@@ -27,6 +27,10 @@
 //! confirmed it), a grant to the crashed `w1` that lapsed, a lapsed place dropped from the queue,
 //! a reader kept out by a queued writer's intent and a writer kept out by the reader.
 //!
+//! A third model ([`loom_rwlock_fair_release_respects_a_plain_intent`]) puts a plain writer
+//! with writer preference beside two fair writers: a fair release must never grant the lock
+//! past the plain writer's live intent ("fair writers respect a plain writer's intent").
+//!
 //! A second, smaller model ([`loom_rwlock_fair_writers_skip_a_lapsed_head`]) gives its writers
 //! different waiter leases, so that a lapsed place can head the queue in front of a live one
 //! while the queue's keys live on: here every writer has one waiter lease, and that state takes
@@ -635,4 +639,125 @@ fn loom_rwlock_fair_writers_skip_a_lapsed_head() {
     findings.assert_none(model);
     findings.assert_reached(model, LAPSED_HEAD_AT_RELEASE);
     findings.assert_reached(model, LAPSED_HEAD_SKIPPED);
+}
+
+/// A plain writer under writer preference: one `write_acquire`; with the lock, write and
+/// release; refused, it raises its intent and stalls (a writer still waiting: its intent stays
+/// up until it lapses).
+fn plain_writer(store: &MemoryStore, trace: &Trace, resource: &Resource, _: Option<&Crash>) {
+    let locks = RwLock::with_options(store.clone(), Options::default());
+    let attempt = block_on(locks.write_acquire(NAME, &nonce(), LEASE, Some(WAITER_LEASE)))
+        .expect("write_acquire");
+    let lease = match attempt {
+        WriteAttempt::Acquired(lease) => lease,
+        WriteAttempt::Blocked { by, .. } => {
+            trace.note(format!("write_acquire -> blocked by {by:?}, stalls"));
+            return;
+        }
+    };
+    trace.note(format!(
+        "write_acquire -> acquired {:?}",
+        lease.lease().value()
+    ));
+    trace.enter(format!("write:{}", lease.lease().value()));
+    resource.write(trace, lease.fence());
+    trace.exit();
+    let unlock = block_on(locks.write_release(NAME, lease.lease())).expect("release");
+    trace.note(format!("write_release -> {unlock:?}"));
+}
+
+/// Steps by a fair writer that granted the lock to another writer while the plain writer `p`'s
+/// intent was up.
+fn grants_past_a_plain_intent(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .filter(|s| s.actor != harness::EXPIRER && s.actor != "p")
+        .filter_map(|s| {
+            let intent = s.before(WI).map(|i| actor_of(&i.value))?;
+            let to = s.writer_after()?;
+            let granted =
+                to != s.actor && s.after(W).map(|a| &a.value) != s.before(W).map(|b| &b.value);
+            (intent == "p" && granted)
+                .then(|| format!("{} granted the lock to {to} past p's intent", s.actor))
+        })
+        .collect()
+}
+
+/// Fair releases that found the plain writer's intent up and a live writer queued, and granted
+/// nothing.
+fn releases_that_respected_a_plain_intent(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .filter(|s| {
+            s.actor != harness::EXPIRER
+                && s.actor != "p"
+                && s.before(W).and_then(|b| lease_owner(&b.value)).as_ref() == Some(&s.actor)
+                && s.after(W).is_none()
+                && s.before(WI).is_some_and(|i| actor_of(&i.value) == "p")
+                && queued(s.before(WQ)).iter().any(|w| s.place_was_live(w))
+        })
+        .count()
+}
+
+const PLAIN_INTENT_RESPECTED: &str =
+    "a fair release found a plain writer's intent and a queued writer, and granted nothing";
+
+/// A fair writer `w1` (as in [`loom_rwlock_fair_writers_hold`], no crash), a plain writer `p`
+/// under writer preference that makes one attempt (refused, its intent stays up), a fair writer
+/// `w2` that queues once and stalls, and the clock expirer moving the server's clock once past
+/// the waiter and intent leases. Invariants as in the main model, and `grant past a plain
+/// intent`: a fair writer's step grants the lock to another writer while `p`'s intent is up.
+/// The model must reach a fair release that met `p`'s intent with a writer queued, and granted
+/// nothing.
+#[test]
+fn loom_rwlock_fair_release_respects_a_plain_intent() {
+    let model = "rwlock-fair-release-plain-intent";
+    let findings = Findings::new();
+    let filed = findings.clone();
+    explore(model, 2, &findings, move || {
+        let clock = VirtualClock::new(START);
+        let store = harness::store_on(&clock);
+        let trace = Trace::attach(&store, &KEYS);
+        let resource = Resource::new();
+        type Client = fn(&MemoryStore, &Trace, &Resource, Option<&Crash>);
+        let client = |name: &str, f: Client| {
+            let (store, trace, resource) = (store.clone(), trace.clone(), resource.clone());
+            spawn(name, move || f(&store, &trace, &resource, None))
+        };
+        let stalling = {
+            let (store, trace, resource) = (store.clone(), trace.clone(), resource.clone());
+            spawn("w2", move || {
+                fair_writer_with(&store, &trace, &resource, None, WAITER_LEASE, 1, false);
+            })
+        };
+        let threads = [
+            client("w1", fair_writer),
+            client("p", plain_writer),
+            stalling,
+            spawn_clock_expirer(&store, &trace, &clock, WAITER_LEASE * 2, 1),
+        ];
+        for thread in threads {
+            thread.join().expect("model thread");
+        }
+
+        let events = trace.events();
+        let steps = steps(&events);
+        let stalled = |who: &str| {
+            trace.noted(|actor, note| actor == who && note.ends_with("stalls"))
+                || trace.noted(|actor, note| actor == who && note == "stalls in the queue")
+        };
+        let done = |who: &str| !stalled(who);
+        record_safety(&filed, &store, &trace, &events, &steps, done, WAITER_LEASE);
+        filed.record(
+            "grant past a plain intent",
+            &grants_past_a_plain_intent(&steps),
+            &trace,
+        );
+        filed.reached(
+            PLAIN_INTENT_RESPECTED,
+            releases_that_respected_a_plain_intent(&steps) >= 1,
+        );
+    });
+    findings.assert_none(model);
+    findings.assert_reached(model, PLAIN_INTENT_RESPECTED);
 }

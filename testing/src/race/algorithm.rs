@@ -7,7 +7,18 @@ use std::time::Duration;
 
 use tairlock::Store;
 
+use super::audit::{LeaseAt, ServerEnd};
 use super::client::{Client, Step};
+
+/// The deadline of a lease of `ttl` set by a command sent at `sent`, for the recipes whose
+/// commands report no remaining time (they set a TTL and say nothing else): `sent + ttl` less
+/// the drift allowance of the core's deadline rule ([`tairlock::deadline::drift`]).
+pub(crate) fn sent_plus(sent: tokio::time::Instant, ttl: Duration) -> tokio::time::Instant {
+    sent + ttl.saturating_sub(tairlock::deadline::drift(
+        ttl,
+        tairlock::deadline::DRIFT_FACTOR,
+    ))
+}
 
 /// A boxed future, for object-safe algorithm methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -74,6 +85,14 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
         lock: &'a str,
         holding: Holding,
     ) -> BoxFuture<'a, Step<()>>;
+    /// After a busy attempt of this client on `lock`: a future that ends when a message may
+    /// have handed it the lock (a fair release's grant on its wake channel), so the client
+    /// attempts again at once instead of at the end of its retry interval, as the library's own
+    /// waiting calls do. The race waits for whichever comes first. `None` (the default): the
+    /// retry interval only (polling).
+    fn woken<'a>(&'a self, _cx: &'a Client<S>, _lock: &'a str) -> Option<BoxFuture<'a, ()>> {
+        None
+    }
     /// Keys to inspect for stuck locks at the end of a trial (the lock key by default).
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![lock.to_owned()]
@@ -91,6 +110,34 @@ pub trait Algorithm<S: Store>: Send + Sync + 'static {
     fn capacity(&self) -> usize {
         1
     }
+    /// Where the server keeps `holding`'s lease, for the deadline audit ([`audit`]): the race
+    /// reads it right after each grant, and the holding's deadline must not be later than the
+    /// lease's end on the server. `None` (the default): a holding the server keeps no lease for
+    /// (a two-step reader's count), not audited.
+    ///
+    /// [`audit`]: super::audit
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        let _ = (lock, holding);
+        None
+    }
+
+    /// Where `holding`'s lease stands on the server now, on the local clock; `None` when not
+    /// audited. By default, [`lease_at`](Self::lease_at) read on the race's store (without its
+    /// simulated latency); an algorithm with servers of its own (Redlock) reads them.
+    fn lease_end<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        holding: &'a Holding,
+    ) -> BoxFuture<'a, tairlock::Result<Option<ServerEnd>>> {
+        Box::pin(async move {
+            match self.lease_at(lock, holding) {
+                Some(at) => cx.read_lease(&at).await.map(Some),
+                None => Ok(None),
+            }
+        })
+    }
+
     /// How many of the trial's lock keys are stuck at its end: nobody can ever take the lock
     /// again. By default, each of [`keys`](Self::keys) that has no expiry.
     fn stuck<'a>(&'a self, store: &'a S, lock: &'a str) -> BoxFuture<'a, tairlock::Result<u64>> {

@@ -1,6 +1,6 @@
 //! One contending client: its store handle, its clock, and the scenario's hand on its pauses.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use tairlock::store::intercept::{Answer, Command, Hook, Intercept, Run};
 use tairlock::{Reply, Script, Store};
 use tairlock_legacy::watch::{Read, TxOp, WatchHook};
 
+use super::audit::{LeaseAt, ServerEnd};
 use super::scenario::{Action, Plan};
 use super::sim::Timer;
 use super::trial::Trial;
@@ -50,6 +51,34 @@ pub struct Client<S: Store> {
     ///
     /// [`paused_store`]: Client::paused_store
     crashed: Arc<AtomicBool>,
+    /// What the algorithm keeps for this client during the trial ([`Client::keep`]), by type.
+    kept: parking_lot::Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    /// The scenario's reply outage on this client, shared with its store's hook.
+    outage: Arc<Outage>,
+}
+
+/// A client's reply outage (`reply-outages`): while it lasts, each command the client sends
+/// while acquiring is applied, and its reply dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    /// Whether the client is inside an algorithm's acquire step.
+    acquiring: AtomicBool,
+    /// When the current or last outage ends, and when the next one may begin (race time);
+    /// `None` while nothing is scheduled (every scenario but `reply-outages`).
+    times: parking_lot::Mutex<Option<OutageTimes>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct OutageTimes {
+    until: Duration,
+    next: Duration,
+}
+
+impl Outage {
+    /// Whether a reply the client receives at `now` is dropped.
+    fn drops(&self, now: Duration) -> bool {
+        self.acquiring.load(Ordering::Relaxed) && self.times.lock().is_some_and(|t| now < t.until)
+    }
 }
 
 impl<S: Store> fmt::Debug for Client<S> {
@@ -70,6 +99,14 @@ impl<S: Store> Client<S> {
         seed: u64,
         audit: Audit,
     ) -> Self {
+        let outage = Arc::new(Outage::default());
+        let mut rng = StdRng::seed_from_u64(seed);
+        if let Some(first) = plan.next_outage(&mut rng, true) {
+            *outage.times.lock() = Some(OutageTimes {
+                until: Duration::ZERO,
+                next: plan.timer.now() + first,
+            });
+        }
         Client {
             id,
             store: Intercept::new(
@@ -84,15 +121,95 @@ impl<S: Store> Client<S> {
                     rng: parking_lot::Mutex::new(StdRng::seed_from_u64(!seed)),
                     watch_pool: parking_lot::Mutex::default(),
                     reads: parking_lot::Mutex::default(),
+                    outage: outage.clone(),
                 },
             ),
             clock,
             plan,
             trial,
-            rng: Arc::new(parking_lot::Mutex::new(StdRng::seed_from_u64(seed))),
+            rng: Arc::new(parking_lot::Mutex::new(rng)),
             tokens: AtomicU64::new(0),
             crashed: Arc::default(),
+            outage,
+            kept: parking_lot::Mutex::default(),
         }
+    }
+
+    /// A value this client keeps for the rest of the trial: made by `make` on the first call
+    /// for its type, the same (cloned) on every later one. For an algorithm whose client must
+    /// use one handle from one attempt to the next (a lock handle whose wake channel must stay
+    /// the same, with its subscription). It goes with the client at the end of the trial.
+    pub fn keep<T: Clone + Send + Sync + 'static>(&self, make: impl FnOnce() -> T) -> T {
+        self.kept
+            .lock()
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::new(make()))
+            .downcast_ref::<T>()
+            .expect("kept by its type")
+            .clone()
+    }
+
+    /// Where the lease at `at` stands on the server now, on the local clock: read on the
+    /// race's store past its simulated network and its audit ([`audit`](super::audit)).
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub async fn read_lease(&self, at: &LeaseAt) -> tairlock::Result<ServerEnd> {
+        super::audit::read(self.store.inner(), &self.plan.timer, at).await
+    }
+
+    /// [`read_lease`](Self::read_lease) on another store (an algorithm's own servers).
+    ///
+    /// # Errors
+    ///
+    /// A store error.
+    pub async fn read_lease_on<T: Store>(
+        &self,
+        store: &T,
+        at: &LeaseAt,
+    ) -> tairlock::Result<ServerEnd> {
+        super::audit::read(store, &self.plan.timer, at).await
+    }
+
+    /// Where the race sees what this client's commands do to lock values.
+    pub(crate) fn audit(&self) -> Audit {
+        self.store.hook().audit
+    }
+
+    /// Now on the race's clock, as an instant of tokio's (to the microsecond on virtual time).
+    pub fn instant(&self) -> tokio::time::Instant {
+        self.plan.timer.instant()
+    }
+
+    /// The client enters (`true`) or leaves an algorithm's acquire step; entering a fresh
+    /// acquisition (not the repeat of an unanswered one) at or after the time of its next
+    /// reply outage (`reply-outages`), the outage begins.
+    pub(crate) fn acquiring(&self, on: bool, fresh: bool) {
+        if on && fresh {
+            let now = self.now();
+            let mut times = self.outage.times.lock();
+            if let Some(t) = times.as_mut()
+                && now >= t.next
+            {
+                let (length, gap) = self.with_rng(|rng| {
+                    let length = self.plan.outage_length(rng);
+                    (length, self.plan.next_outage(rng, false).unwrap_or(length))
+                });
+                t.until = now + length;
+                t.next = t.until + gap;
+                self.trial.record(|r, at| r.outage(self.id, at, length));
+            }
+        }
+        self.outage.acquiring.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the scenario crashed the client at a pause of its [`paused_store`] (without
+    /// resetting it).
+    ///
+    /// [`paused_store`]: Client::paused_store
+    pub(crate) fn crash_pending(&self) -> bool {
+        self.crashed.load(Ordering::Relaxed)
     }
 
     /// This client's number.
@@ -299,6 +416,8 @@ pub struct RaceHook<S> {
     /// The values the last `WATCH` of this client's connection read, by key: what a
     /// committed `EXEC` replaced.
     reads: parking_lot::Mutex<HashMap<String, Vec<u8>>>,
+    /// The client's reply outage (`reply-outages`).
+    outage: Arc<Outage>,
 }
 
 impl<S> fmt::Debug for RaceHook<S> {
@@ -336,7 +455,30 @@ impl<S: Store> RaceHook<S> {
         }
     }
 
+    /// The reply of a command the store applied, unless the client's reply outage drops it:
+    /// then an error without an answer, as a timed-out request gets.
+    fn deliver<T>(&self, out: tairlock::Result<T>, name: &str) -> tairlock::Result<T> {
+        if out.is_ok() && self.outage.drops(self.timer.now()) {
+            self.trial.reply_dropped(self.client);
+            return Err(tairlock::Error::new(
+                tairlock::ErrorKind::Timeout,
+                format!("the race dropped the reply to this acquire's {name} (reply-outages)"),
+            ));
+        }
+        out
+    }
+
     async fn command(&self, command: Command<'_>, run: Run<'_>) -> tairlock::Result<Answer> {
+        let name = command.name();
+        let out = self.command_answered(command, run).await;
+        self.deliver(out, &name)
+    }
+
+    async fn command_answered(
+        &self,
+        command: Command<'_>,
+        run: Run<'_>,
+    ) -> tairlock::Result<Answer> {
         match command {
             // `GETDEL` deletes exactly as `DEL` does and also says what it deleted.
             Command::Del { key } => {
@@ -424,7 +566,7 @@ impl<S: Store> Hook for RaceHook<S> {
 impl<S: Store> WatchHook for RaceHook<S> {
     fn around_watch<'a>(&'a self, _keys: &'a [String], reads: &'a [Read], run: Run<'a>) -> Run<'a> {
         Box::pin(async move {
-            let out = self.round_trip(run).await;
+            let out = self.deliver(self.round_trip(run).await, "WATCH");
             let mut read = self.reads.lock();
             read.clear();
             if let Ok(Answer::Replies(replies)) = &out {
@@ -471,7 +613,7 @@ impl<S: Store> WatchHook for RaceHook<S> {
                     }
                 }
             }
-            out
+            self.deliver(out, "EXEC")
         })
     }
 

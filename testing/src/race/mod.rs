@@ -12,10 +12,13 @@
 //! |---|---|
 //! | `acquisitions` | acquisitions that returned a grant |
 //! | `overlaps` | acquisitions whose client, entering the critical section, found another client inside it (for reader/writer locks: a writer together with anyone; readers may share; for the `semaphore` of N permits: N others inside already). A failure for a safe algorithm in every scenario but `long-stalls` |
-//! | `foreign_deletions` | deletions and overwrites of a lock value another live holder wrote, seen at the store with the client that caused them, whatever the command or script ([`client::Audit`]); a holder is live from its grant (the store applying its write) until its release returned or it crashed |
+//! | `overlaps_past_lease` (JSON only) | of the overlaps, those where every client found inside was past its lease (its deadline, or the lease's end on the server): a holder stalled past its lease, as any lease lock meets it; not a failure in any scenario, and fencing must catch its writes |
+//! | `foreign_deletions` | deletions and overwrites of a lock value another live holder wrote, seen at the store with the client that caused them, whatever the command or script ([`client::Audit`]); a holder is live from its grant (the store applying its write) until its release returned, it crashed, or its lease ended (its local deadline, or the lease's end on the server if that is earlier), whichever is first |
 //! | `stale_writes_accepted` | writes the resource accepted although a later grant had already written: a fenced resource rejects lower tokens, an unfenced one accepts everything |
 //! | `stuck_locks` | trials that ended with a lock key that has no expiry: nobody can ever take it again |
+//! | `late_deadlines` | grants whose local deadline is later than the end of their lease on the server, read right after the grant and mapped to the client's clock from above ([`audit`]): the client would trust the lock after the server let it go. A failure for a safe algorithm in every scenario |
 //! | `handoff_p50_us` | median time from the lock becoming free while a client waited (the store applying a holder's release of its own value, or the holder's crash) to the store applying the next grant |
+//! | `replies_dropped` | replies to acquire commands the store applied that never reached their client: dropped by `reply-outages`, or timed out on a server |
 //!
 //! On the embedded store the race runs on virtual time to the microsecond ([`sim`]: tokio's
 //! paused clock plus an offset within its millisecond), and every command takes a simulated
@@ -24,9 +27,15 @@
 //!
 //! With [`RaceConfig::timeline`] (`--timeline FILE`), each row's first trial is also recorded
 //! and drawn ([`timeline`]): what happened to each client, when, and where it went wrong.
+//!
+//! An acquire that gets no answer (a transient error: the `reply-outages` scenario drops the
+//! replies of a client's acquires for a while, and a real server may time out) is repeated
+//! after a short back-off; an algorithm that keeps its nonce for the acquisition repeats it with
+//! the same nonce, and a repeat that finds the grant of an unanswered attempt is that grant.
 
 mod algorithm;
 pub mod algorithms;
+pub mod audit;
 pub mod client;
 pub mod report;
 pub mod scenario;
@@ -42,6 +51,7 @@ use tairlock::Store;
 use tairlock::clock::{SharedClock, SkewedClock};
 
 pub use self::algorithms::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+pub use self::audit::{LeaseAt, ServerEnd};
 use self::client::Audit;
 pub use self::client::{Client, Interrupt, RaceStore, Step};
 use self::scenario::{Plan, Scenario};
@@ -86,6 +96,7 @@ impl Default for RaceConfig {
                 Scenario::LongStalls,
                 Scenario::Crashes,
                 Scenario::ClockSkew,
+                Scenario::ReplyOutages,
             ],
             algorithms: Vec::new(),
             latency: Some((Duration::from_micros(100), Duration::from_micros(400))),
@@ -115,6 +126,10 @@ pub struct Row {
     pub acquisitions: u64,
     /// Acquisitions that found another client inside the critical section.
     pub overlaps: u64,
+    /// Of those, the ones where every client found inside was past its lease (its deadline, or
+    /// the lease's end on the server): a holder stalled past its lease, which any lease lock
+    /// meets and fencing must catch. Not a failure of the lock in any scenario.
+    pub overlaps_past_lease: u64,
     /// Deletions of another live holder's lock.
     pub foreign_deletions: u64,
     /// Writes accepted although a later grant had already written.
@@ -123,6 +138,8 @@ pub struct Row {
     pub writes_rejected: u64,
     /// Trials that ended with a lock that never expires.
     pub stuck_locks: u64,
+    /// Grants whose local deadline was later than the end of their lease on the server.
+    pub late_deadlines: u64,
     /// Median release-to-next-acquisition time, µs (null when no handoff happened).
     pub handoff_p50_us: Option<u64>,
     /// 99th percentile of the same.
@@ -131,6 +148,8 @@ pub struct Row {
     pub stalls: u64,
     /// Crashes injected.
     pub crashes: u64,
+    /// Acquire replies the scenario dropped (`reply-outages`) or that timed out.
+    pub replies_dropped: u64,
     /// What this row shows: `ok`, `flaws shown`, `no flaw shown` or `BROKEN`.
     pub verdict: String,
     /// The row's first trial, drawn, when [`RaceConfig::timeline`] asked for it (not in the
@@ -152,21 +171,31 @@ impl Row {
     /// The counts that must be zero for a safe algorithm in this scenario. Overlaps count
     /// wherever no client is stalled past its lease: everywhere but `long-stalls` (there, a
     /// holder paused past its lease overlaps the next one with any lease lock; fencing is what
-    /// must hold).
+    /// must hold), and, elsewhere, but those with holders past their lease only
+    /// ([`overlaps_past_lease`](Self::overlaps_past_lease): on a real server in real time, a
+    /// loaded machine runs a holder late, as a stall would). Late deadlines count everywhere.
     pub fn violations(&self) -> u64 {
         let overlaps = if self.scenario == Scenario::LongStalls.name() {
             0
         } else {
-            self.overlaps
+            self.overlaps.saturating_sub(self.overlaps_past_lease)
         };
-        overlaps + self.foreign_deletions + self.stale_writes_accepted + self.stuck_locks
+        overlaps
+            + self.foreign_deletions
+            + self.stale_writes_accepted
+            + self.stuck_locks
+            + self.late_deadlines
     }
 
     /// Every count that shows a flaw, whatever the scenario: overlaps, foreign deletions,
-    /// accepted stale writes and stuck locks. A `flawed` row's verdict is `flaws shown` when
-    /// this is above zero.
+    /// accepted stale writes, stuck locks and late deadlines. A `flawed` row's verdict is
+    /// `flaws shown` when this is above zero.
     pub fn flaws(&self) -> u64 {
-        self.overlaps + self.foreign_deletions + self.stale_writes_accepted + self.stuck_locks
+        self.overlaps
+            + self.foreign_deletions
+            + self.stale_writes_accepted
+            + self.stuck_locks
+            + self.late_deadlines
     }
 }
 
@@ -455,6 +484,7 @@ async fn run_row<S: Store>(
                     stale_writes_accepted: row.stale_writes_accepted,
                     writes_rejected: row.writes_rejected,
                     stuck_locks: row.stuck_locks,
+                    late_deadlines: row.late_deadlines,
                     stalls: row.stalls,
                     crashes: row.crashes,
                     verdict: row.verdict,
@@ -497,14 +527,17 @@ fn make_row<S: Store>(
         trials: config.trials,
         acquisitions: counts.acquisitions,
         overlaps: counts.overlaps,
+        overlaps_past_lease: counts.overlaps_past_lease,
         foreign_deletions: counts.foreign_deletions,
         stale_writes_accepted: counts.stale_writes_accepted,
         writes_rejected: counts.writes_rejected,
         stuck_locks: counts.stuck_locks,
+        late_deadlines: counts.late_deadlines,
         handoff_p50_us: pct(0.5),
         handoff_p99_us: pct(0.99),
         stalls: counts.stalls,
         crashes: counts.crashes,
+        replies_dropped: counts.replies_dropped,
         verdict: String::new(),
         timeline: None,
     };
@@ -535,12 +568,20 @@ async fn client_loop<S: Store>(
     client
         .sleep(client.jitter(Duration::ZERO, lease / 10))
         .await;
+    // Whether the last acquire got no answer: the next one repeats it.
+    let mut repeat = false;
     while client.now() < end {
-        match one_round(&client, algorithm.as_ref(), &lock, lease).await {
-            Ok(()) => {}
-            Err(Interrupt::Crashed) => client.crash().await,
+        match one_round(&client, algorithm.as_ref(), &lock, lease, repeat).await {
+            Ok(round) => repeat = round == Round::Unanswered,
+            Err(Interrupt::Crashed) => {
+                repeat = false;
+                client.crash().await;
+            }
             // A crash at a pause of the client's `paused_store`, returned as a store error.
-            Err(Interrupt::Store(_)) if client.take_crash() => client.crash().await,
+            Err(Interrupt::Store(_)) if client.take_crash() => {
+                repeat = false;
+                client.crash().await;
+            }
             Err(Interrupt::Store(e)) => return Err(e),
         }
     }
@@ -557,29 +598,98 @@ impl<S: Store> Client<S> {
     }
 }
 
+/// How one round ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Acquired, worked and released; or found the lock busy.
+    Done,
+    /// The acquire got no answer: the next round repeats it.
+    Unanswered,
+}
+
 async fn one_round<S: Store>(
     client: &Client<S>,
     algorithm: &dyn Algorithm<S>,
     lock: &str,
     lease: Duration,
-) -> Result<(), Interrupt> {
-    client.trial().attempt(client.id());
-    let holding = match algorithm.try_acquire(client, lock, lease).await? {
-        Attempt::Acquired(holding) => holding,
-        Attempt::Busy { retry_after } => {
+    repeat: bool,
+) -> Result<Round, Interrupt> {
+    if !repeat {
+        // A new acquisition: what the client wrote before is no grant. A repeat may find the
+        // grant its unanswered attempt made, so what that attempt wrote stays pending.
+        client.trial().attempt(client.id());
+    }
+    client.acquiring(true, !repeat);
+    let attempt = algorithm.try_acquire(client, lock, lease).await;
+    client.acquiring(false, false);
+    let holding = match attempt {
+        Ok(Attempt::Acquired(holding)) => holding,
+        Ok(Attempt::Busy { retry_after }) => {
             client.trial().busy(client.id());
-            // Poll: the holder's remaining time when known, capped by a short jittered back-off.
             let backoff = client.jitter(lease / 50, lease / 15);
-            client
-                .sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
-                .await;
-            return Ok(());
+            match algorithm.woken(client, lock) {
+                // Listening: until a message may have handed it the lock, or for the time the
+                // algorithm gave (the holder's remaining time, a refresh of its place).
+                Some(woken) => {
+                    let retry = retry_after.unwrap_or(backoff).max(lease / 200);
+                    tokio::select! {
+                        () = client.sleep(retry) => {}
+                        () = woken => {}
+                    }
+                }
+                // Poll: the holder's remaining time when known, capped by a short jittered
+                // back-off.
+                None => {
+                    client
+                        .sleep(retry_after.map_or(backoff, |r| r.min(backoff).max(lease / 200)))
+                        .await
+                }
+            }
+            return Ok(Round::Done);
         }
+        // No answer (the store may have applied it): repeat after a short back-off.
+        Err(Interrupt::Store(e)) if e.is_transient() && !client.crash_pending() => {
+            client.trial().busy(client.id());
+            client.sleep(client.jitter(lease / 50, lease / 15)).await;
+            return Ok(Round::Unanswered);
+        }
+        Err(e) => return Err(e),
     };
+    // The deadline audit: where the lease stands on the server, right after the grant.
+    let mut server_end = algorithm.lease_end(client, lock, &holding).await?;
+    if let Some(audit::ServerEnd::Gone(_)) = server_end
+        && client.audit() == Audit::Commands
+        && !matches!(
+            algorithm.lease_at(lock, &holding),
+            Some(audit::LeaseAt::Member { .. })
+        )
+    {
+        // A value gone from a server right after its grant: ended, or removed by another
+        // client, whose command the race sees only when its reply comes back, possibly after
+        // this read (replies do not come back in the order the server ran the commands).
+        // Nothing is known of its end. (The embedded store reports each removal as it applies
+        // it, so there a value gone and removed by nobody has ended; and nobody removes
+        // another's reader or permit.)
+        server_end = None;
+    }
     let trial = client.trial();
+    let timer = &client.plan().timer;
     let shared = algorithm.is_shared(&holding);
     let capacity = algorithm.capacity();
-    let grant = trial.enter_counting(client.id(), &holding.value, shared, capacity);
+    let grant = trial.enter_grant(
+        client.id(),
+        trial::Grant {
+            value: &holding.value,
+            shared,
+            capacity,
+            deadline: timer.since_start(holding.deadline),
+            server_end: server_end.map(|end| match end {
+                audit::ServerEnd::By(at) => trial::End::By(timer.since_start(at)),
+                audit::ServerEnd::Never => trial::End::Never,
+                audit::ServerEnd::Gone(at) => trial::End::Gone(timer.since_start(at)),
+            }),
+        },
+    );
     let work = client.with_rng(|rng| client.plan().work(rng));
     let left = holding
         .deadline
@@ -603,5 +713,5 @@ async fn one_round<S: Store>(
     client
         .sleep(client.jitter(Duration::ZERO, lease / 20))
         .await;
-    Ok(())
+    Ok(Round::Done)
 }

@@ -1,10 +1,10 @@
-//! The race's table and JSON.
+//! The race's table and JSON. The table's `late_dl` is the JSON's `late_deadlines`.
 
 use std::fmt::Write as _;
 
 use super::Row;
 
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; 11] = [
     "algorithm",
     "scenario",
     "acquisitions",
@@ -12,6 +12,7 @@ const COLUMNS: [&str; 10] = [
     "foreign_del",
     "stale_writes",
     "stuck",
+    "late_dl",
     "handoff_p50",
     "crashes",
     "verdict",
@@ -19,7 +20,7 @@ const COLUMNS: [&str; 10] = [
 
 /// The rows as an aligned text table.
 pub fn table(rows: &[Row]) -> String {
-    let cells: Vec<[String; 10]> = rows
+    let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
             [
@@ -30,6 +31,7 @@ pub fn table(rows: &[Row]) -> String {
                 r.foreign_deletions.to_string(),
                 r.stale_writes_accepted.to_string(),
                 r.stuck_locks.to_string(),
+                r.late_deadlines.to_string(),
                 r.handoff_p50_us.map_or_else(
                     || "-".to_owned(),
                     |us| format!("{:.2}ms", us as f64 / 1000.0),

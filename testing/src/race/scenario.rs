@@ -20,15 +20,21 @@ pub enum Scenario {
     Crashes,
     /// Client clocks disagree by up to 1.5 leases (only client-clock recipes care).
     ClockSkew,
+    /// A client's network drops the replies of its acquires for a while (a fifth to four
+    /// fifths of the lease, longer than any retry), though the store applied them; then it
+    /// heals. A client that rides the errors and repeats its acquire with the same nonce gets
+    /// back the lease its first, unanswered attempt took, with only what is left of it.
+    ReplyOutages,
 }
 
 impl Scenario {
     /// Every scenario, in table order.
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::ShortStalls,
         Scenario::LongStalls,
         Scenario::Crashes,
         Scenario::ClockSkew,
+        Scenario::ReplyOutages,
     ];
 
     /// The name used on the command line and in the table.
@@ -38,6 +44,7 @@ impl Scenario {
             Scenario::LongStalls => "long-stalls",
             Scenario::Crashes => "crashes",
             Scenario::ClockSkew => "clock-skew",
+            Scenario::ReplyOutages => "reply-outages",
         }
     }
 }
@@ -134,6 +141,24 @@ impl Plan {
             Scenario::Crashes if roll < 0.04 => Action::Crash,
             _ => Action::Go,
         }
+    }
+
+    /// The time from one reply outage of a client to its next (`reply-outages` only): the
+    /// first comes up to 4 leases after the client starts; from the end of one to the start of
+    /// the next, 2 to 6 leases. An outage begins with the first fresh acquisition at or after
+    /// its time and lasts [`outage_length`](Self::outage_length).
+    pub fn next_outage(&self, rng: &mut StdRng, first: bool) -> Option<Duration> {
+        match self.scenario {
+            Scenario::ReplyOutages if first => Some(self.between(rng, 0.0, 4.0)),
+            Scenario::ReplyOutages => Some(self.between(rng, 2.0, 6.0)),
+            _ => None,
+        }
+    }
+
+    /// How long one reply outage lasts: a fifth to four fifths of the lease (several times the
+    /// retries of an acquire, and short enough that its first grant is still there to find).
+    pub fn outage_length(&self, rng: &mut StdRng) -> Duration {
+        self.between(rng, 0.2, 0.8)
     }
 
     /// How long the critical section's work takes.

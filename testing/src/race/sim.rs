@@ -62,6 +62,23 @@ impl Timer {
         }
     }
 
+    /// Now, as an instant of tokio's clock: to the microsecond on virtual time (tokio's own
+    /// `Instant::now()` stays on the whole millisecond there).
+    pub fn instant(&self) -> tokio::time::Instant {
+        match self {
+            Timer::Tokio { .. } => tokio::time::Instant::now(),
+            Timer::Virtual(v) => v.start + v.now(),
+        }
+    }
+
+    /// An instant of tokio's clock as race time (since the race's time zero; zero if before).
+    pub fn since_start(&self, at: tokio::time::Instant) -> Duration {
+        match self {
+            Timer::Tokio { start } => at.saturating_duration_since(*start),
+            Timer::Virtual(v) => at.saturating_duration_since(v.start),
+        }
+    }
+
     /// Wait `d`.
     pub async fn sleep(&self, d: Duration) {
         match self {

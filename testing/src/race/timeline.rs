@@ -10,10 +10,12 @@
 //! - a bar per critical section, from the grant (the acquire returned) to leaving it, labelled
 //!   with its fencing token where the bar is wide enough; a thin line after it while the
 //!   release is on its way; readers' (shared) sections in a lighter colour;
-//! - stalls and crashes as hatched gaps (the crash's gap lasts until the client restarts);
+//! - stalls and crashes as hatched gaps (the crash's gap lasts until the client restarts), and
+//!   reply outages (the client's acquire replies dropped) as dotted ones;
 //! - a tick where the holder's lease ends, as its acquire computed it;
-//! - overlaps, foreign deletions and accepted stale writes as red markers of distinct shapes
-//!   (diamond, cross, disc) where they happen, each an element of class `violation`;
+//! - overlaps, foreign deletions, accepted stale writes and late deadlines as red markers of
+//!   distinct shapes (diamond, cross, disc, triangle) where they happen, each an element of
+//!   class `violation`;
 //! - a caption with the trial's counts: the same counts as the trial's JSON row.
 //!
 //! The SVG is self-contained: no scripts, no external fonts, images or style sheets.
@@ -39,14 +41,18 @@ pub enum ViolationKind {
     ForeignDeletion,
     /// The resource accepted the client's write although a later grant had already written.
     StaleWrite,
+    /// The client accepted a grant whose local deadline is later than the lease's end on the
+    /// server: it would go on trusting a lease the server may have let go.
+    LateDeadline,
 }
 
 impl ViolationKind {
     /// Every kind, in legend order.
-    pub const ALL: [ViolationKind; 3] = [
+    pub const ALL: [ViolationKind; 4] = [
         ViolationKind::Overlap,
         ViolationKind::ForeignDeletion,
         ViolationKind::StaleWrite,
+        ViolationKind::LateDeadline,
     ];
 
     /// The SVG class next to `violation`, and the JSON field's stem.
@@ -55,6 +61,7 @@ impl ViolationKind {
             ViolationKind::Overlap => "overlap",
             ViolationKind::ForeignDeletion => "foreign-deletion",
             ViolationKind::StaleWrite => "stale-write",
+            ViolationKind::LateDeadline => "late-deadline",
         }
     }
 
@@ -63,6 +70,7 @@ impl ViolationKind {
             ViolationKind::Overlap => "overlaps",
             ViolationKind::ForeignDeletion => "foreign deletions",
             ViolationKind::StaleWrite => "stale writes accepted",
+            ViolationKind::LateDeadline => "late deadlines",
         }
     }
 }
@@ -93,6 +101,8 @@ pub enum GapKind {
     Stall,
     /// It crashed; the gap ends when it restarts, knowing nothing.
     Crash,
+    /// The replies to its acquires were dropped (it keeps repeating them).
+    Outage,
 }
 
 /// A stall or a crash of one client.
@@ -134,6 +144,8 @@ pub struct Caption {
     pub writes_rejected: u64,
     /// A lock key that never expires at the trial's end (0 or 1 per key).
     pub stuck_locks: u64,
+    /// Grants whose local deadline was later than the lease's end on the server.
+    pub late_deadlines: u64,
     /// Stalls injected.
     pub stalls: u64,
     /// Crashes injected.
@@ -149,6 +161,7 @@ impl Caption {
             ViolationKind::Overlap => self.overlaps,
             ViolationKind::ForeignDeletion => self.foreign_deletions,
             ViolationKind::StaleWrite => self.stale_writes_accepted,
+            ViolationKind::LateDeadline => self.late_deadlines,
         }
     }
 }
@@ -267,6 +280,22 @@ impl Recorder {
             start: at,
             end: at + d,
         });
+    }
+
+    /// The replies to `client`'s acquires are dropped for `d` from `at`.
+    pub fn outage(&mut self, client: usize, at: Duration, d: Duration) {
+        self.saw(at);
+        self.gaps.push(Gap {
+            client,
+            kind: GapKind::Outage,
+            start: at,
+            end: at + d,
+        });
+    }
+
+    /// A reply to `client` was dropped at `at` (the axis reaches it).
+    pub fn reply_dropped(&mut self, _client: usize, at: Duration) {
+        self.saw(at);
     }
 
     /// `client` crashed: a section it was in or releasing ends here.
@@ -494,6 +523,16 @@ fn marker(out: &mut String, kind: ViolationKind, x: f64, y: f64, class: &str) {
             "<circle {style} cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"{:.1}\"/>",
             r * 0.9
         ),
+        ViolationKind::LateDeadline => writeln!(
+            out,
+            "<polygon {style} points=\"{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}\"/>",
+            x,
+            y - r - 0.6,
+            x + r + 0.6,
+            y + r * 0.8,
+            x - r - 0.6,
+            y + r * 0.8
+        ),
     };
 }
 
@@ -562,6 +601,10 @@ const DEFS: &str = r##"<defs>
 <rect width="5" height="5" fill="#fff" fill-opacity="0.4"/>
 <line x1="0" y1="0" x2="0" y2="5" stroke="#777" stroke-width="1.1"/>
 </pattern>
+<pattern id="outage" patternUnits="userSpaceOnUse" width="4" height="4">
+<rect width="4" height="4" fill="#fff" fill-opacity="0.4"/>
+<circle cx="2" cy="2" r="0.8" fill="#555"/>
+</pattern>
 <pattern id="crash" patternUnits="userSpaceOnUse" width="5" height="5">
 <rect width="5" height="5" fill="#bbb"/>
 <path d="M0,0 L5,5 M5,0 L0,5" stroke="#111" stroke-width="1"/>
@@ -571,13 +614,14 @@ const DEFS: &str = r##"<defs>
 
 /// The legend, from `y`; returns the y below it.
 fn legend(out: &mut String, y: f64, width: f64) -> f64 {
-    const ITEMS: [&str; 6] = [
+    const ITEMS: [&str; 7] = [
         "critical section, fencing token",
         "reader (shared)",
         "releasing",
         "stall",
         "crashed until restart",
         "lease ends",
+        "acquire replies dropped",
     ];
     let mid = |y: f64| y + ROW_H / 2.0;
     // A grid of three columns (one on a narrow picture): the labels line up.
@@ -620,10 +664,15 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
                 "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"url(#crash)\" stroke=\"#111\" stroke-width=\"0.6\"/>",
                 m - 6.0
             ),
-            _ => {
+            5 => {
                 tick(out, x + 11.0, y);
                 Ok(())
             }
+            _ => writeln!(
+                out,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"url(#outage)\" stroke=\"#555\" stroke-width=\"0.6\"/>",
+                m - 6.0
+            ),
         };
         let _ = writeln!(
             out,
@@ -638,6 +687,9 @@ fn legend(out: &mut String, y: f64, width: f64) -> f64 {
             ViolationKind::Overlap => "overlap: entered while another was inside",
             ViolationKind::ForeignDeletion => "foreign deletion: removed a live holder's lock",
             ViolationKind::StaleWrite => "stale write accepted",
+            ViolationKind::LateDeadline => {
+                "late deadline: trusted beyond the lease's end on the server"
+            }
         };
         let (x, y) = cell(ITEMS.len().next_multiple_of(columns as usize) + i);
         marker(out, kind, x + 6.0, mid(y), "key");
@@ -818,6 +870,15 @@ fn panel(out: &mut String, t: &Timeline, x: f64, y: f64, span: Duration) -> f64 
         let _ = writeln!(
             out,
             "<rect class=\"stall\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"12\" fill=\"url(#stall)\" stroke=\"#777\" stroke-width=\"0.6\"/>",
+            row_top(g.client) + 2.0,
+            x1 - x0
+        );
+    }
+    for g in t.gaps.iter().filter(|g| g.kind == GapKind::Outage) {
+        let (x0, x1) = (px(g.start), px(g.end).max(px(g.start) + 1.5));
+        let _ = writeln!(
+            out,
+            "<rect class=\"outage\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"12\" fill=\"url(#outage)\" stroke=\"#555\" stroke-width=\"0.6\"/>",
             row_top(g.client) + 2.0,
             x1 - x0
         );
@@ -1010,6 +1071,7 @@ mod tests {
         let mut r = Recorder::new();
         r.enter(0, 1, ms(1), false);
         r.holding(0, Some(1), ms(101));
+        r.violation(0, ms(1), ViolationKind::LateDeadline);
         r.stall(0, ms(2), ms(150));
         r.leave(0, ms(152));
         r.enter(1, 2, ms(120), false);
@@ -1027,6 +1089,7 @@ mod tests {
             overlaps: 1,
             foreign_deletions: 1,
             stale_writes_accepted: 1,
+            late_deadlines: 1,
             verdict: "flaws shown".to_owned(),
             ..Caption::default()
         };
@@ -1050,6 +1113,11 @@ mod tests {
         assert_eq!(
             t.violations,
             vec![
+                Violation {
+                    client: 0,
+                    at: ms(1),
+                    kind: ViolationKind::LateDeadline
+                },
                 Violation {
                     client: 1,
                     at: ms(120),
@@ -1111,7 +1179,7 @@ mod tests {
             timeline("expire-lock", "long-stalls"),
         ]);
         let svg = svg("a <test> & more", &lines);
-        assert_eq!(svg.matches("class=\"violation ").count(), 6);
+        assert_eq!(svg.matches("class=\"violation ").count(), 8);
         for kind in ViolationKind::ALL {
             assert_eq!(
                 svg.matches(&format!("class=\"violation {}\"", kind.class()))

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tairlock::{Acquire, ExpireLock, Keyspace, Lease, Options, Store};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, Step};
 
 /// See the [module docs](self).
@@ -63,6 +63,13 @@ impl<S: Store> Algorithm<S> for ExpireLockAlgorithm {
 
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![format!("{{{lock}}}")]
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: format!("{{{lock}}}"),
+            value: holding.value.clone(),
+        })
     }
 }
 

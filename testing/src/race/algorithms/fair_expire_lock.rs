@@ -4,14 +4,23 @@
 //! Each client keeps one nonce per acquisition, so that its repeated attempts keep one place in
 //! the queue and find a grant made to it. A crashed client's place (and a grant made to it)
 //! lapses with its waiter lease.
+//!
+//! A refused client waits as the library's waiting calls do: subscribed to its wake channel
+//! before each attempt, it attempts again as soon as a release announces a grant there (that
+//! attempt finds the grant and confirms it), and otherwise refreshes its place within a third of
+//! its waiter lease. (Polling alone, the head of the queue learns of its grant only at its next
+//! refresh, each refresh a pause point where a scenario may stall it: a handoff then measures
+//! that polling interval and those stalls rather than the release.)
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tairlock::{ExpireLock, FairAttempt, Keyspace, Options, Store};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
-use crate::race::client::{Client, Step};
+use super::wake::Wake;
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
+use crate::race::client::{Client, RaceStore, Step};
 
 /// See the [module docs](self).
 #[derive(Debug, Default)]
@@ -32,6 +41,22 @@ fn locks<S: Store>(cx: &Client<S>) -> ExpireLock<super::super::client::RaceStore
         .fair(true)
         .waiter_lease(WAITER_LEASE);
     ExpireLock::with_options(cx.store().clone(), options)
+}
+
+/// A client's lock handle for the trial (one handle: its wake channel is the handle's), and its
+/// subscription to that channel.
+struct Listener<S: Store> {
+    locks: ExpireLock<RaceStore<S>>,
+    wake: parking_lot::Mutex<Wake>,
+}
+
+fn listener<S: Store>(cx: &Client<S>) -> Arc<Listener<S>> {
+    cx.keep(|| {
+        Arc::new(Listener {
+            locks: locks(cx),
+            wake: parking_lot::Mutex::default(),
+        })
+    })
 }
 
 impl<S: Store> Algorithm<S> for FairExpireLock {
@@ -60,8 +85,11 @@ impl<S: Store> Algorithm<S> for FairExpireLock {
                 .entry(cx.id())
                 .or_insert_with(tairlock::new_nonce)
                 .clone();
+            let listener = listener(cx);
+            let locks = &listener.locks;
+            Wake::listen(&listener.wake, cx, || locks.fair_wake_channel(lock)).await?;
             cx.pause("acquire:before").await?;
-            match locks(cx).fair_attempt(lock, ttl, &nonce, true).await? {
+            match locks.fair_attempt(lock, ttl, &nonce, true).await? {
                 FairAttempt::Acquired(lease) => {
                     self.nonces.lock().remove(&cx.id());
                     Ok(Attempt::Acquired(Holding {
@@ -93,8 +121,25 @@ impl<S: Store> Algorithm<S> for FairExpireLock {
         ))
     }
 
+    fn woken<'a>(&'a self, cx: &'a Client<S>, _lock: &'a str) -> Option<BoxFuture<'a, ()>> {
+        listener(cx).wake.lock().message()
+    }
+
     fn keys(&self, lock: &str) -> Vec<String> {
         let key = format!("{{{lock}}}");
-        vec![key.clone(), format!("{key}:fairq"), format!("{key}:fairw")]
+        vec![
+            key.clone(),
+            format!("{key}:fairq"),
+            format!("{key}:fairw"),
+            // The record of a grant not confirmed yet (a crashed waiter's lingers a waiter lease).
+            format!("{key}:fairg"),
+        ]
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: format!("{{{lock}}}"),
+            value: holding.value.clone(),
+        })
     }
 }

@@ -23,7 +23,7 @@ use tairlock::Store;
 use tairlock_legacy::wire::parse_value;
 use tairlock_legacy::{GetSetLock, Options, TryAcquire, Unit};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
 /// The `legacy-getset` row of the race; the module docs say what it provokes.
@@ -79,6 +79,15 @@ impl<S: Store> Algorithm<S> for LegacyGetSet {
                 // The original just polls; the engine's back-off stands in for its 10 ms.
                 TryAcquire::Busy { .. } => Attempt::Busy { retry_after: None },
             })
+        })
+    }
+
+    /// Its key has no TTL: the server never ends the lease (the audit reads it as never
+    /// ending), the other clients' clocks do.
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: lock.to_owned(),
+            value: holding.value.clone(),
         })
     }
 

@@ -8,7 +8,7 @@ use tairlock::Store;
 use tairlock_legacy::wire::fence_key;
 use tairlock_legacy::{Options, ScriptedLock, TryAcquire, Unit};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
 /// The `legacy-scripted` row of the race: `ScriptedLock` with millisecond timestamps.
@@ -74,6 +74,13 @@ impl<S: Store> Algorithm<S> for LegacyScripted {
 
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![lock.to_owned(), fence_key(lock)]
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: lock.to_owned(),
+            value: holding.value.clone(),
+        })
     }
 }
 

@@ -10,7 +10,7 @@ use tairlock_legacy::wire::fence_key;
 use tairlock_legacy::{Options, TryAcquire, Unit, WatchLock, WatchStore};
 
 use super::legacy_scripted::legacy_holding;
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
 /// The `legacy-watch` row of the race: `WatchLock` with millisecond timestamps.
@@ -95,5 +95,12 @@ impl<S: WatchStore> Algorithm<S> for LegacyWatch {
 
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![lock.to_owned(), fence_key(lock)]
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: lock.to_owned(),
+            value: holding.value.clone(),
+        })
     }
 }

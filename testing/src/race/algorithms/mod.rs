@@ -19,6 +19,8 @@ pub mod redlock;
 pub mod rw_scripted;
 pub mod rw_two_step;
 pub mod semaphore;
+pub mod token_lock;
+mod wake;
 
 pub use self::expire_lock::ExpireLockAlgorithm;
 pub use self::fair_expire_lock::FairExpireLock;
@@ -30,9 +32,11 @@ pub use self::redlock::RedlockAlgorithm;
 pub use self::rw_scripted::RwScripted;
 pub use self::rw_two_step::RwTwoStep;
 pub use self::semaphore::SemaphoreAlgorithm;
+pub use self::token_lock::TokenLockAlgorithm;
 
 // Defined a level below, so that the algorithms' files and this list import them one way.
 pub use super::algorithm::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+pub use super::audit::{LeaseAt, ServerEnd};
 
 /// Every algorithm that needs no `WATCH` (all but `legacy-watch`), in table order: the list for
 /// stores without [`WatchStore`](tairlock_legacy::WatchStore) (every store of this workspace has
@@ -40,6 +44,7 @@ pub use super::algorithm::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
 pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
+        Box::new(TokenLockAlgorithm),
         Box::new(ExpireLockAlgorithm),
         Box::new(FairExpireLock::default()),
         Box::new(LegacyGetSet),
@@ -47,7 +52,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
         Box::new(RwScripted::fair_writers()),
-        Box::new(SemaphoreAlgorithm),
+        Box::new(SemaphoreAlgorithm::default()),
     ]
 }
 
@@ -57,6 +62,7 @@ pub fn all_without_watch<S: Store>() -> Vec<Box<dyn Algorithm<S>>> {
 pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
     vec![
         Box::new(NaiveSetnxExpire),
+        Box::new(TokenLockAlgorithm),
         Box::new(ExpireLockAlgorithm),
         Box::new(FairExpireLock::default()),
         Box::new(LegacyGetSet),
@@ -65,6 +71,6 @@ pub fn all<S: tairlock_legacy::WatchStore>() -> Vec<Box<dyn Algorithm<S>>> {
         Box::new(RwTwoStep),
         Box::new(RwScripted::default()),
         Box::new(RwScripted::fair_writers()),
-        Box::new(SemaphoreAlgorithm),
+        Box::new(SemaphoreAlgorithm::default()),
     ]
 }

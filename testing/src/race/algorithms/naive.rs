@@ -8,14 +8,17 @@
 //! ```
 //!
 //! Flaws the race provokes: a crash between SETNX and EXPIRE leaves a key with no TTL (a stuck
-//! lock nobody can take again); a pause between GET and DEL past the lease deletes the next
-//! holder's lock (a foreign deletion, and then two holders); no fencing token.
+//! lock nobody can take again), and so does a lost reply to SETNX (`reply-outages`); a pause
+//! between GET and DEL past the lease deletes the next holder's lock (a foreign deletion, and
+//! then two holders); another client's late EXPIRE can land on the next holder's key and end it
+//! before that holder's own EXPIRE, which finds nothing and is not checked (a late deadline); no
+//! fencing token.
 
 use std::time::Duration;
 
 use tairlock::Store;
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, Step};
 
 /// See the [module docs](self).
@@ -48,12 +51,15 @@ impl<S: Store> Algorithm<S> for NaiveSetnxExpire {
                 return Ok(Attempt::Busy { retry_after: None });
             }
             cx.pause("acquire:between-setnx-and-expire").await?;
+            let sent = tokio::time::Instant::now();
             cx.store().pexpire(lock, ttl).await?;
             Ok(Attempt::Acquired(Holding {
                 value: token.into_bytes(),
                 fence: None,
-                // The lease starts when EXPIRE lands, not at SETNX.
-                deadline: tokio::time::Instant::now() + ttl,
+                // The lease starts when EXPIRE lands, not at SETNX: dated from its send, less
+                // the drift every deadline allows for (a server dates EXPIRE by a clock it reads
+                // once per batch of commands, up to a millisecond or so before it runs it).
+                deadline: crate::race::algorithm::sent_plus(sent, ttl),
             }))
         })
     }
@@ -72,6 +78,13 @@ impl<S: Store> Algorithm<S> for NaiveSetnxExpire {
                 cx.store().del(lock).await?;
             }
             Ok(())
+        })
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Value {
+            key: lock.to_owned(),
+            value: holding.value.clone(),
         })
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tairlock::{Keyspace, RedisStore, Redlock, RedlockLease, RedlockOptions, Store};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt, ServerEnd};
 use crate::race::client::{Client, Step};
 
 /// See the [module docs](self).
@@ -107,6 +107,27 @@ impl<S: Store> Algorithm<S> for RedlockAlgorithm {
 
     fn keys(&self, lock: &str) -> Vec<String> {
         vec![Self::key(lock)]
+    }
+
+    /// The lease is the value on each server; the lock lasts while a majority holds it.
+    fn lease_end<'a>(
+        &'a self,
+        cx: &'a Client<S>,
+        lock: &'a str,
+        holding: &'a Holding,
+    ) -> BoxFuture<'a, tairlock::Result<Option<ServerEnd>>> {
+        Box::pin(async move {
+            let at = LeaseAt::Value {
+                key: Self::key(lock),
+                value: holding.value.clone(),
+            };
+            let mut ends = Vec::new();
+            for server in self.redlock.servers() {
+                ends.push(cx.read_lease_on(server, &at).await?);
+            }
+            let quorum = self.redlock.servers().len() / 2 + 1;
+            Ok(Some(ServerEnd::quorum(&ends, quorum)))
+        })
     }
 
     /// Stuck on any server: a key without expiry there.

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tairlock::{Keyspace, Store, Ttl};
 use tairlock_rwlock::{TwoStepRwLock, TwoStepWrite};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
 /// The value a reader's holding carries: it is in no key, so it never matches a deletion.
@@ -81,11 +81,14 @@ impl<S: Store> Algorithm<S> for RwTwoStep {
                 return Ok(Attempt::Busy { retry_after: None });
             }
             cx.pause("write:between-count-and-lock").await?;
+            let sent = tokio::time::Instant::now();
             match recipe.expire_lock(lock, ttl).await? {
                 Some(write) => Ok(Attempt::Acquired(Holding {
                     value: write.expiry_ms().to_string().into_bytes(),
                     fence: None,
-                    deadline: tokio::time::Instant::now() + ttl,
+                    // `SET NX PX` lands after it was sent: its lease ends no earlier (less the
+                    // drift every deadline allows for).
+                    deadline: crate::race::algorithm::sent_plus(sent, ttl),
                 })),
                 None => Ok(Attempt::Busy { retry_after: None }),
             }
@@ -120,6 +123,14 @@ impl<S: Store> Algorithm<S> for RwTwoStep {
 
     fn is_shared(&self, holding: &Holding) -> bool {
         holding.value.starts_with(READ_MARK)
+    }
+
+    /// A writer's lease is its key's; a reader has none (a count without a TTL).
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        (!holding.value.starts_with(READ_MARK)).then(|| LeaseAt::Value {
+            key: format!("{{{lock}}}:w"),
+            value: holding.value.clone(),
+        })
     }
 
     fn keys(&self, lock: &str) -> Vec<String> {

@@ -2,7 +2,7 @@
 //! [`LIMIT`] permits among the race's clients, one script per step, a lease per holder judged
 //! by server time.
 //!
-//! Each client takes one permit. Its overlap is an acquisition that finds [`LIMIT`] holders
+//! Each client takes one permit; an attempt that got no answer is repeated with the same nonce. Its overlap is an acquisition that finds [`LIMIT`] holders
 //! inside already: more than N at once, the semaphore's one safety property. Up to N holders
 //! are meant to be inside together, so they write nothing to the race's single fenced resource
 //! (whose check is for one holder at a time); each holding still carries its fencing token. A
@@ -10,12 +10,13 @@
 //! client is no string change the race's audit sees (as a reader's), so it is checked by the
 //! loom model (`loom_semaphore_holds`), not here.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tairlock::semaphore::PermitAttempt;
 use tairlock::{Keyspace, Semaphore, SemaphoreOptions, Store};
 
-use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding};
+use super::{Algorithm, Attempt, BoxFuture, Expectation, Holding, LeaseAt};
 use crate::race::client::{Client, RaceStore, Step};
 
 /// The permits of the race's semaphore.
@@ -25,8 +26,12 @@ pub const LIMIT: u32 = 3;
 const MARK: &str = "permit:";
 
 /// See the [module docs](self).
-#[derive(Debug, Clone, Default)]
-pub struct SemaphoreAlgorithm;
+#[derive(Debug, Default)]
+pub struct SemaphoreAlgorithm {
+    /// The nonce of each client's attempt that got no answer, by (lock, client): the next
+    /// attempt repeats it.
+    unanswered: parking_lot::Mutex<HashMap<(String, usize), String>>,
+}
 
 fn semaphore<S: Store>(cx: &Client<S>) -> Semaphore<RaceStore<S>> {
     // The race names its keys itself: no prefix, the race key is the semaphore name's hash tag.
@@ -62,9 +67,20 @@ impl<S: Store> Algorithm<S> for SemaphoreAlgorithm {
         ttl: Duration,
     ) -> BoxFuture<'a, Step<Attempt>> {
         Box::pin(async move {
-            cx.pause("acquire:before").await?;
-            let nonce = tairlock::new_nonce();
-            match semaphore(cx).attempt(lock, 1, ttl, &nonce).await? {
+            let key = (lock.to_owned(), cx.id());
+            if let Err(crashed) = cx.pause("acquire:before").await {
+                self.unanswered.lock().remove(&key);
+                return Err(crashed);
+            }
+            let nonce = self
+                .unanswered
+                .lock()
+                .entry(key.clone())
+                .or_insert_with(tairlock::new_nonce)
+                .clone();
+            let attempt = semaphore(cx).attempt(lock, 1, ttl, &nonce).await?;
+            self.unanswered.lock().remove(&key);
+            match attempt {
                 PermitAttempt::Acquired(permit) => Ok(Attempt::Acquired(Holding {
                     value: format!("{MARK}{nonce}").into_bytes(),
                     fence: Some(permit.fence),
@@ -87,9 +103,16 @@ impl<S: Store> Algorithm<S> for SemaphoreAlgorithm {
             cx.pause("release:before").await?;
             let value = String::from_utf8(holding.value).expect("holdings are text");
             let nonce = value.strip_prefix(MARK).expect("our own holding");
-            // By nonce: it can only ever remove this very holder.
-            semaphore(cx).release(lock, nonce).await?;
+            // By nonce (the acquisition's own): it can only ever remove this very holder.
+            semaphore(cx).abandon(lock, nonce).await?;
             Ok(())
+        })
+    }
+
+    fn lease_at(&self, lock: &str, holding: &Holding) -> Option<LeaseAt> {
+        Some(LeaseAt::Member {
+            key: format!("{{{lock}}}:sem"),
+            member: holding.value.strip_prefix(MARK.as_bytes())?.to_vec(),
         })
     }
 
@@ -113,7 +136,7 @@ mod tests {
             ..RaceConfig::default()
         };
         let rows = run_embedded(&config, |_| {}).unwrap();
-        assert_eq!(rows.len(), 4);
+        assert_eq!(rows.len(), 5);
         for row in &rows {
             assert!(row.acquisitions > 0, "{row:?}");
             assert!(!row.broken(), "{row:?}");

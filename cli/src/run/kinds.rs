@@ -125,6 +125,39 @@ fn unlocked(outcome: tairlock::Result<Unlock>) -> Released {
 /// The expire lock's hold.
 pub type ExpireHold<S> = Held<LockGuard<S>>;
 
+/// `Guard` for a guard type whose own methods have the trait's names and shapes (`fence`,
+/// `deadline`, `is_lost`, `lost`, `renew`, `release`): each trait method calls its namesake.
+macro_rules! guard_by_its_own_methods {
+    ($guard:ident, $doc:expr) => {
+        #[doc = $doc]
+        impl<S: Store> Guard for $guard<S> {
+            fn fence(&self) -> Option<u64> {
+                Some($guard::fence(self))
+            }
+
+            fn deadline(&self) -> Option<Instant> {
+                $guard::deadline(self)
+            }
+
+            fn is_lost(&self) -> bool {
+                $guard::is_lost(self)
+            }
+
+            async fn lost(&self) {
+                $guard::lost(self).await;
+            }
+
+            async fn renew(&self, ttl: Duration) -> bool {
+                $guard::renew(self, ttl).await.is_ok()
+            }
+
+            async fn release(self) -> Released {
+                unlocked($guard::release(self).await)
+            }
+        }
+    };
+}
+
 impl<S: Store> Locker for ExpireLock<S> {
     type Hold = ExpireHold<S>;
 
@@ -338,31 +371,7 @@ impl<S: Store> Locker for Permits<S> {
     }
 }
 
-impl<S: Store> Guard for PermitGuard<S> {
-    fn fence(&self) -> Option<u64> {
-        Some(PermitGuard::fence(self))
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        PermitGuard::deadline(self)
-    }
-
-    fn is_lost(&self) -> bool {
-        PermitGuard::is_lost(self)
-    }
-
-    async fn lost(&self) {
-        PermitGuard::lost(self).await;
-    }
-
-    async fn renew(&self, ttl: Duration) -> bool {
-        PermitGuard::renew(self, ttl).await.is_ok()
-    }
-
-    async fn release(self) -> Released {
-        unlocked(PermitGuard::release(self).await)
-    }
-}
+guard_by_its_own_methods!(PermitGuard, "A semaphore permit's hold.");
 
 /// A token lock's hold: the key exactly as named, holding our token, in the format other
 /// languages' lock clients share.
@@ -387,30 +396,8 @@ impl<S: Store> Locker for TokenLock<S> {
     }
 }
 
-impl<S: Store> Guard for TokenGuard<S> {
-    /// This crate's own fencing token: foreign clients of the format neither issue nor advance
-    /// one.
-    fn fence(&self) -> Option<u64> {
-        Some(TokenGuard::fence(self))
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        TokenGuard::deadline(self)
-    }
-
-    fn is_lost(&self) -> bool {
-        TokenGuard::is_lost(self)
-    }
-
-    async fn lost(&self) {
-        TokenGuard::lost(self).await;
-    }
-
-    async fn renew(&self, ttl: Duration) -> bool {
-        TokenGuard::renew(self, ttl).await.is_ok()
-    }
-
-    async fn release(self) -> Released {
-        unlocked(TokenGuard::release(self).await)
-    }
-}
+guard_by_its_own_methods!(
+    TokenGuard,
+    "A token lock's hold. Its fencing token is this crate's own: foreign clients of the format \
+     neither issue nor advance one."
+);

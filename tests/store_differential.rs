@@ -74,10 +74,13 @@ const VALUES: [&str; 9] = [
 const BOGUS: [&str; 2] = ["tl1:1:7:ab", "tl1:1:1:ffff"];
 /// Fixed nonces for direct script calls (`ab` matches the look-alike lease in [`VALUES`]).
 const NONCES: [&str; 3] = ["aa", "bb", "ab"];
-/// Fixed nonces of the batched renewals: not [`NONCES`], which an acquisition by script would
-/// take for its own earlier grant (random nonces never meet).
-const RENEW_NONCES: [&str; 2] = ["c1", "c2"];
 const TTLS_S: [u64; 2] = [30, 60];
+/// The batched renewal's lease length. `RENEW_MANY` refreshes the fence key only when its time to
+/// live is under this + the retention: 105 s, which no other step's expiry (30 s + 60 s, 60 s +
+/// 60 s, 90 s, 100 s, 45 s + 90 s) comes within seconds of. At 60 s the threshold would equal a
+/// fresh 60 s grant's fence key exactly, and whether the first millisecond had passed would decide
+/// the refresh: the memory store's clock moves 1 ms a step, Redis's less.
+const RENEW_MANY_TTL_S: u64 = 45;
 const RETENTION_MS: u64 = 60_000;
 /// Numbers at least this large come from a clock in µs: compared by identity.
 const TIME_LIKE: i128 = 1_000_000_000_000;
@@ -120,9 +123,13 @@ enum Op {
         value: usize,
         nonce: usize,
     },
-    /// The batched renewal of both locks in one call, each lease with its nonce.
+    /// The batched renewal of both locks in one call. Each attempt draws new nonces, as the
+    /// batched watchdog does (a nonce that a lease already carries would renew it to the same
+    /// value or not depending on whether the server's millisecond has turned); `repeat` sends the
+    /// previous attempt again, as the watchdog does when no answer came.
     RenewManyScript {
-        leases: [(LeaseRef, usize); 2],
+        leases: [LeaseRef; 2],
+        repeat: bool,
     },
     ForceUnlock {
         name: usize,
@@ -199,8 +206,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (name.clone(), lease.clone(), 0..TTLS_S.len()).prop_map(|(name, lease, ttl)| Op::Renew { name, lease, ttl }),
         1 => (name.clone(), value.clone(), 0..NONCES.len())
             .prop_map(|(name, value, nonce)| Op::RenewScript { name, value, nonce }),
-        2 => ((lease.clone(), 0..RENEW_NONCES.len()), (lease.clone(), 0..RENEW_NONCES.len()))
-            .prop_map(|(a, b)| Op::RenewManyScript { leases: [a, b] }),
+        2 => (lease.clone(), lease.clone(), proptest::bool::weighted(0.25))
+            .prop_map(|(a, b, repeat)| Op::RenewManyScript { leases: [a, b], repeat }),
         1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
         2 => name.prop_map(|name| Op::Inspect { name }),
         2 => key.clone().prop_map(|key| Op::Get { key }),
@@ -298,6 +305,10 @@ struct Norm {
     times: Vec<i128>,
     /// Highest fence granted per lock name, for the monotonicity invariant.
     granted: HashMap<&'static str, u64>,
+    /// Nonces drawn for batched renewals so far: each attempt's are new (`c0`, `c1`, ...).
+    renew_nonces: u64,
+    /// The last batched renewal's arguments, for a repeat.
+    last_renew_many: Option<Vec<String>>,
 }
 
 impl Norm {
@@ -597,19 +608,45 @@ async fn run_op<S: Raw>(
                 Err(e) => err(e),
             }
         }
-        Op::RenewManyScript { leases } => {
+        Op::RenewManyScript { leases, repeat } => {
             let mut keys = Vec::new();
-            let mut args = vec![RETENTION_MS.to_string()];
-            for (name, (lease, nonce)) in NAMES.iter().zip(leases) {
+            for name in NAMES {
                 keys.extend(locks.keys(name).unwrap().both());
-                args.extend([
-                    norm.lease_ref(lease).value().to_owned(),
-                    (TTLS_S[1] * 1000).to_string(),
-                    RENEW_NONCES[*nonce].to_owned(),
-                ]);
             }
+            let args = match (&norm.last_renew_many, repeat) {
+                (Some(last), true) => last.clone(),
+                _ => {
+                    let mut args = vec![RETENTION_MS.to_string()];
+                    for lease in leases {
+                        let nonce = format!("c{:x}", norm.renew_nonces);
+                        norm.renew_nonces += 1;
+                        args.extend([
+                            norm.lease_ref(lease).value().to_owned(),
+                            (RENEW_MANY_TTL_S * 1000).to_string(),
+                            nonce,
+                        ]);
+                    }
+                    args
+                }
+            };
+            norm.last_renew_many = Some(args.clone());
             match store.eval(&RENEW_MANY, &keys, &args).await {
-                Ok(reply) => Out::Reply(norm.reply(&pttls_sign(reply))),
+                Ok(reply) => {
+                    // Each renewed lease, as the watchdog rebuilds it from the expiry reported,
+                    // becomes a lease later steps can name.
+                    let items = reply.as_array().unwrap_or_default().to_vec();
+                    for (i, item) in items.chunks(3).enumerate() {
+                        if let ([Reply::Int(1), Reply::Int(expiry), _], Some(old)) =
+                            (item, Lease::parse(&args[3 * i + 1]))
+                        {
+                            let value = format!("tl1:{expiry}:{}:{}", old.fence(), args[3 * i + 3]);
+                            if let Some(renewed) = Lease::parse(&value) {
+                                norm.lease(&renewed);
+                            }
+                        }
+                    }
+                    Out::Reply(norm.reply(&pttls_sign(reply)))
+                }
                 Err(e) => err(e),
             }
         }

@@ -14,10 +14,14 @@
 //! - `plain_url_to_tls_port_is_refused`: `redis://` to the TLS port fails in bounded time and the
 //!   message suggests `rediss://`.
 //! - `insecure_fragment`: `rediss://…/#insecure` connects without any CA.
-//! - `self_signed_ca_certificate_as_the_server_certificate`: a server presenting the most common
-//!   self-signed certificate (`CA:TRUE`, its own CA), trusted as the CA, is refused by rustls
-//!   (`CaUsedAsEndEntity`); the message says what that means and how to make a certificate
-//!   rustls accepts.
+//! - `self_signed_ca_certificate_trusted_exactly_is_accepted`: a server presenting the most
+//!   common self-signed certificate (`CA:TRUE`, its own CA), which rustls's chain check refuses
+//!   (`CaUsedAsEndEntity`), is accepted when that very certificate is the one trusted (the exact
+//!   pin): a store locks, releases and wakes a waiter through it, with and without a client
+//!   certificate, and its relay goes with it.
+//! - `self_signed_ca_certificate_not_among_the_trusted_ones_is_refused`: trusting a CA, or
+//!   another self-signed certificate, is refused with a message that says what would be
+//!   accepted.
 //! - `tls_cluster`: a `ClusterStore` over `rediss://` seed URLs of a `--tls-cluster yes`
 //!   cluster (every node's clients and bus on TLS only) locks, releases and wakes a waiter by
 //!   sharded pub/sub over TLS.
@@ -69,9 +73,12 @@ async fn verified_against_the_ca() {
     let store = connect(&url, certs.trusting("ca.crt")).await.unwrap();
     assert_eq!(store.url(), format!("rediss://127.0.0.1:{port}/0"));
     lock_and_release(store.clone()).await;
+    a_release_wakes_a_waiter(store).await;
+}
 
-    // Release notifications travel over TLS too: a waiter is woken by the release long before
-    // the holder's 30 s lease would end.
+/// Release notifications travel over the connection under test too: a waiter is woken by the
+/// release long before the holder's 30 s lease would end.
+async fn a_release_wakes_a_waiter(store: RedisStore) {
     let locks = ExpireLock::new(store);
     let holder = locks
         .lock_with_lease("tls:b", Duration::from_secs(30), None)
@@ -170,26 +177,75 @@ async fn insecure_fragment() {
     lock_and_release(connect(&url, RedisOptions::default()).await.unwrap()).await;
 }
 
+/// The relay directories of this process (`tairlock-pin-<pid>-…`).
+fn relays() -> usize {
+    let prefix = format!("tairlock-pin-{}-", std::process::id());
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_signed_ca_certificate_trusted_exactly_is_accepted() {
+    if !support::tls::available() {
+        return;
+    }
+    let certs = Certs::generate();
+    let (_server, port) = certs.server_with("self-signed", "ca", false);
+    let url = format!("rediss://127.0.0.1:{port}");
+    let store = connect(&url, certs.trusting("self-signed.crt"))
+        .await
+        .unwrap();
+    assert_eq!(store.url(), format!("rediss://127.0.0.1:{port}/0"));
+    assert_eq!(relays(), 1, "the pinned connection goes through one relay");
+    lock_and_release(store.clone()).await;
+    a_release_wakes_a_waiter(store.clone()).await;
+
+    // With a client certificate the server asks for, over the same pin.
+    let (_mtls_server, mtls_port) = certs.server_with("self-signed", "ca", true);
+    let mut options = certs.trusting("self-signed.crt");
+    options.tls = options
+        .tls
+        .client_auth_files(certs.path("client.crt"), certs.path("client.key"))
+        .unwrap();
+    let mtls = connect(&format!("rediss://127.0.0.1:{mtls_port}"), options)
+        .await
+        .unwrap();
+    lock_and_release(mtls.clone()).await;
+
+    // The relays stop, and their private directories go, with the stores.
+    drop((store, mtls));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while relays() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(relays(), 0, "a relay outlived its store");
+}
+
 #[tokio::test]
-async fn self_signed_ca_certificate_as_the_server_certificate() {
+async fn self_signed_ca_certificate_not_among_the_trusted_ones_is_refused() {
     if !support::tls::available() {
         return;
     }
     let certs = Certs::generate();
     let (_server, port) = certs.server_with("self-signed", "self-signed", false);
     let url = format!("rediss://127.0.0.1:{port}");
-    let err = connect(&url, certs.trusting("self-signed.crt"))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
-    let message = err.to_string();
-    assert!(
-        message.contains("CaUsedAsEndEntity")
-            && message.contains(&format!("127.0.0.1:{port}"))
-            && message.contains("a CA certificate (CA:TRUE)")
-            && message.contains("signed by"),
-        "no hint for a self-signed CA certificate: {message}"
-    );
+    // Trusting a CA, and trusting another self-signed CA certificate: neither is the server's.
+    for trusted in ["ca.crt", "other-self-signed.crt"] {
+        let err = connect(&url, certs.trusting(trusted)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("127.0.0.1:{port}"))
+                && message.contains("a CA certificate (CA:TRUE)")
+                && message.contains("byte-for-byte"),
+            "no hint for a self-signed CA certificate trusting {trusted}: {message}"
+        );
+    }
 }
 
 #[tokio::test]

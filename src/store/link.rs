@@ -47,6 +47,10 @@ pub(crate) struct Link {
     pub(crate) url: String,
     /// A second connection for `WAIT`, which blocks its connection; made on first use.
     pub(crate) wait_con: tokio::sync::OnceCell<ConnectionManager>,
+    /// The relay every connection of `client` goes through when the server's certificate is
+    /// pinned (see `pin`); it stops with the last holder of this link.
+    #[cfg(all(feature = "tls", unix))]
+    relay: Option<super::pin::Relay>,
 }
 
 impl Link {
@@ -56,18 +60,45 @@ impl Link {
             client,
             url,
             wait_con: tokio::sync::OnceCell::new(),
+            #[cfg(all(feature = "tls", unix))]
+            relay: None,
         }
     }
 }
 
-/// Connect to the server of `client`.
-pub(crate) async fn connect_link(client: redis::Client, options: &RedisOptions) -> Result<Link> {
+/// Connect to the server of `client`. A `rediss://` server refused because its certificate is a
+/// CA certificate serving as its own is connected to again through the exact pin when `tls`
+/// names trusted certificates (the one place every store connects through).
+pub(crate) async fn connect_link(
+    client: redis::Client,
+    options: &RedisOptions,
+    tls: &TlsOptions,
+) -> Result<Link> {
     let url = describe(&client);
     let config = manager_config(options);
-    let con = ConnectionManager::new_with_config(client.clone(), config)
-        .await
-        .map_err(|e| connect_error(&url, e))?;
-    Ok(Link::new(con, client, url))
+    match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+        Ok(con) => Ok(Link::new(con, client, url)),
+        #[cfg(all(feature = "tls", unix))]
+        Err(e) if super::pin::applies(tls, &e.to_string()) => {
+            let (pinned, relay) = super::pin::pinned_client(
+                client.get_connection_info(),
+                tls,
+                &url,
+                options.connection_timeout,
+            )
+            .await?;
+            let con = ConnectionManager::new_with_config(pinned.clone(), config)
+                .await
+                .map_err(|e| connect_error(&url, e))?;
+            let mut link = Link::new(con, pinned, url);
+            link.relay = Some(relay);
+            Ok(link)
+        }
+        Err(e) => {
+            let _ = tls;
+            Err(connect_error(&url, e))
+        }
+    }
 }
 
 /// The connection manager settings of `options`.

@@ -31,6 +31,8 @@ pub mod intercept;
 mod link;
 pub mod memory;
 mod native;
+#[cfg(all(feature = "tls", unix))]
+mod pin;
 pub mod redis;
 #[cfg(feature = "sentinel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]

@@ -76,7 +76,8 @@ impl RedisStore {
     /// `redis://` URL.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         let client = super::tls::client(url, &options.tls)?;
-        RedisStore::from_client(client, options).await
+        let link = connect_link(client, &options, &options.tls).await?;
+        Ok(RedisStore::assemble(link, options))
     }
 
     /// Connect with a `redis::Client` the application built (its address, credentials, database,
@@ -86,7 +87,7 @@ impl RedisStore {
     ///
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when the server cannot be reached.
     pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
-        let link = connect_link(client, &options).await?;
+        let link = connect_link(client, &options, &Default::default()).await?;
         Ok(RedisStore::assemble(link, options))
     }
 

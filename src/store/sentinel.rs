@@ -197,7 +197,7 @@ impl Sentinels {
 
     async fn connect_at(&self, host: &str, port: u16) -> Result<Link> {
         let client = self.master_client(host, port)?;
-        let link = connect_link(client, &self.options.redis).await?;
+        let link = connect_link(client, &self.options.redis, &self.options.redis.tls).await?;
         let mut con = link.con.clone();
         let role: redis::Value = redis::cmd("ROLE").query_async(&mut con).await?;
         let is_master = matches!(&role, redis::Value::Array(items)

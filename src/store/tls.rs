@@ -103,6 +103,20 @@ impl TlsOptions {
     pub fn is_default(&self) -> bool {
         self.ca.is_none() && self.client.is_none()
     }
+
+    /// The trusted certificates (PEM), when given.
+    #[cfg_attr(not(all(feature = "tls", unix)), allow(dead_code))]
+    pub(crate) fn ca(&self) -> Option<&[u8]> {
+        self.ca.as_deref()
+    }
+
+    /// The client certificate chain and key (PEM), when given.
+    #[cfg_attr(not(all(feature = "tls", unix)), allow(dead_code))]
+    pub(crate) fn client(&self) -> Option<(&[u8], &[u8])> {
+        self.client
+            .as_ref()
+            .map(|(c, k)| (c.as_slice(), k.as_slice()))
+    }
 }
 
 fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
@@ -119,12 +133,14 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 pub(crate) fn refusal_hint(message: &str) -> Option<&'static str> {
     // `openssl req -x509` makes a certificate with `CA:TRUE`, and servers are often given it
     // both as their certificate and as the CA clients should trust. OpenSSL (`redis-cli
-    // --cacert`) accepts that; rustls, through which the `redis` crate speaks TLS, refuses any
-    // CA certificate as a server's own, and the `redis` crate offers no way to verify otherwise.
+    // --cacert`) accepts that; rustls's chain check refuses any CA certificate as a server's
+    // own. tairlock accepts it when it is exactly one of the certificates given as trusted (the
+    // pin of `store::pin`), so this refusal means none was given, or the platform has no pin.
     message.contains("CaUsedAsEndEntity").then_some(
-        " (the server presents a CA certificate (CA:TRUE) as its own, which rustls refuses even \
-         when it is the certificate you trust; give the server a certificate signed by that CA, \
-         e.g. `openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+        " (the server presents a CA certificate (CA:TRUE) as its own; tairlock accepts one that \
+         is byte-for-byte a certificate given as trusted (`--tls-ca`, `TlsOptions::ca_file` or \
+         SSL_CERT_FILE, on Unix), or give the server a certificate signed by a CA, e.g. \
+         `openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
          -extfile san.ext -out server.crt`, and trust the CA)",
     )
 }

@@ -71,29 +71,32 @@ impl Certs {
             );
         }
         // What `openssl req -x509 … -subj /CN=localhost -addext subjectAltName=…` makes with the
-        // usual openssl.cnf (`v3_ca`: `CA:TRUE`), spelt out so that it does not depend on one.
-        openssl(
-            d,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=localhost",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-keyout",
-                "self-signed.key",
-                "-out",
-                "self-signed.crt",
-            ],
-        );
+        // usual openssl.cnf (`v3_ca`: `CA:TRUE`), spelt out so that it does not depend on one;
+        // and a second one like it, which no server presents.
+        for name in ["self-signed", "other-self-signed"] {
+            openssl(
+                d,
+                &[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=localhost",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-addext",
+                    "basicConstraints=critical,CA:TRUE",
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.crt"),
+                ],
+            );
+        }
         std::fs::write(
             d.join("server.ext"),
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n",

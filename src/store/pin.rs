@@ -176,9 +176,9 @@ impl Relay {
     fn start(upstream: Upstream) -> std::io::Result<Relay> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = std::env::temp_dir().join(format!(
-            "tairlock-pin-{}-{}",
+            "tairlock-pin-{}-{:016x}",
             std::process::id(),
-            crate::lease::nonce()
+            rand::random::<u64>()
         ));
         // Only this user may connect: the relay lends the connection (and any client
         // certificate) to whoever reaches its socket.

@@ -39,6 +39,18 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// `<name>.crt` and `<name>.key`: a self-signed certificate for two days, with `extensions`
+/// (`-addext` arguments) beside the configuration's defaults.
+fn self_signed(dir: &Path, name: &str, subject: &str, extensions: &[&str]) {
+    let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
+    let mut args = vec![
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", subject,
+    ];
+    args.extend_from_slice(extensions);
+    args.extend(["-keyout", &key, "-out", &crt]);
+    openssl(dir, &args);
+}
+
 impl Certs {
     pub fn generate() -> Certs {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -51,51 +63,19 @@ impl Certs {
         let certs = Certs { dir };
         let d = &certs.dir;
         for ca in ["ca", "other-ca"] {
-            openssl(
-                d,
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-days",
-                    "2",
-                    "-subj",
-                    &format!("/CN=tairlock test {ca}"),
-                    "-keyout",
-                    &format!("{ca}.key"),
-                    "-out",
-                    &format!("{ca}.crt"),
-                ],
-            );
+            self_signed(d, ca, &format!("/CN=tairlock test {ca}"), &[]);
         }
         // What `openssl req -x509 … -subj /CN=localhost -addext subjectAltName=…` makes with the
         // usual openssl.cnf (`v3_ca`: `CA:TRUE`), spelt out so that it does not depend on one;
         // and a second one like it, which no server presents.
         for name in ["self-signed", "other-self-signed"] {
-            openssl(
-                d,
-                &[
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "rsa:2048",
-                    "-nodes",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=localhost",
-                    "-addext",
-                    "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-addext",
-                    "basicConstraints=critical,CA:TRUE",
-                    "-keyout",
-                    &format!("{name}.key"),
-                    "-out",
-                    &format!("{name}.crt"),
-                ],
-            );
+            let extensions = [
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+            ];
+            self_signed(d, name, "/CN=localhost", &extensions);
         }
         std::fs::write(
             d.join("server.ext"),

@@ -394,15 +394,8 @@ impl Store for ClusterStore {
         args: &[String],
     ) -> Result<Reply> {
         crate::slot::check_one_slot(keys)?;
-        let mut invocation = script.redis().prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
         let mut con = self.con.clone();
-        let value: redis::Value = invocation.invoke_async(&mut con).await?;
+        let value = super::commands::eval_sha(&mut con, script, keys, args).await?;
         Ok(Reply::from(value))
     }
 

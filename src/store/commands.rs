@@ -1,4 +1,36 @@
-//! The plain commands, sent the same way by every store that talks to a real server.
+//! The plain commands and script calls, sent the same way by every store that talks to a real
+//! server.
+
+use crate::script::Script;
+
+/// Run `script` with `EVALSHA`; when the server answers `NOSCRIPT` (a restart, a failover, a
+/// `SCRIPT FLUSH` forgot it), load it with `SCRIPT LOAD` and send the call again, which cannot
+/// double-apply it: `NOSCRIPT` is answered before anything runs.
+///
+/// The call is written straight into one command buffer, each key and argument copied once (a
+/// `redis::ScriptInvocation` holds each in its own allocation first): a batch of renewals
+/// carries five strings per lease.
+pub(crate) async fn eval_sha<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    script: &'static Script,
+    keys: &[String],
+    args: &[String],
+) -> redis::RedisResult<redis::Value> {
+    let bytes = keys.iter().chain(args).map(String::len).sum::<usize>();
+    let mut call = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes + 64);
+    call.arg("EVALSHA")
+        .arg(script.sha1())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    match call.query_async(con).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.redis().load_async(con).await?;
+            call.query_async(con).await
+        }
+        answered => answered,
+    }
+}
 
 /// Expands, inside an `impl Store for X` block, every plain command of the [`Store`] trait
 /// (GET … TYPE) as one round trip through `X`'s public

@@ -28,13 +28,20 @@ use crate::script::{Reply, Script};
 pub use super::link::RedisOptions;
 
 /// The Redis store. See the [module docs](self).
+///
+/// A handle: one pointer, cloned by every lock handle and guard made from it, all sharing one
+/// connection.
 #[derive(Clone)]
 pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     /// The server's connections; replaced as a whole when Sentinel names a new master.
     link: Arc<RwLock<Arc<Link>>>,
     runtime: tokio::runtime::Handle,
     /// Set by [`RedisStore::blocking_connect`]: the runtime this store owns.
-    owned: Option<Arc<tokio::runtime::Runtime>>,
+    _owned: Option<Arc<tokio::runtime::Runtime>>,
     notifier: Arc<tokio::sync::OnceCell<crate::notify::Notifier>>,
     options: RedisOptions,
     /// Whether releases use `DELIFEQ` (see [`Store::compare_and_delete`]), detected once.
@@ -44,10 +51,40 @@ pub struct RedisStore {
     sentinel: Option<Arc<super::sentinel::Sentinels>>,
 }
 
+/// What a new store is made of besides its first connections.
+struct Parts {
+    runtime: tokio::runtime::Handle,
+    owned: Option<Arc<tokio::runtime::Runtime>>,
+    #[cfg(feature = "sentinel")]
+    sentinel: Option<Arc<super::sentinel::Sentinels>>,
+}
+
+impl Parts {
+    /// On the current runtime, nothing else.
+    fn current() -> Self {
+        Parts {
+            runtime: tokio::runtime::Handle::current(),
+            owned: None,
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
+        }
+    }
+
+    /// On `runtime`, which the store keeps alive (the `blocking_*` constructors' own).
+    fn owning(runtime: &Arc<tokio::runtime::Runtime>) -> Self {
+        Parts {
+            runtime: runtime.handle().clone(),
+            owned: Some(runtime.clone()),
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
+        }
+    }
+}
+
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.link.read().url)
+            .field("url", &self.inner.link.read().url)
             .finish_non_exhaustive()
     }
 }
@@ -75,9 +112,14 @@ impl RedisStore {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for TLS options with a
     /// `redis://` URL.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        RedisStore::connect_parts(url, options, Parts::current()).await
+    }
+
+    async fn connect_parts(url: &str, options: RedisOptions, parts: Parts) -> Result<Self> {
         let client = super::tls::client(url, &options.tls)?;
         let link = connect_link(client, &options, &options.tls).await?;
-        Ok(RedisStore::assemble(link, options))
+        let link = Arc::new(RwLock::new(Arc::new(link)));
+        Ok(RedisStore::assemble_with(link, options, parts))
     }
 
     /// Connect with a `redis::Client` the application built (its address, credentials, database,
@@ -106,27 +148,31 @@ impl RedisStore {
     }
 
     fn assemble(link: Link, options: RedisOptions) -> Self {
-        RedisStore {
-            link: Arc::new(RwLock::new(Arc::new(link))),
-            runtime: tokio::runtime::Handle::current(),
-            owned: None,
-            notifier: Default::default(),
+        RedisStore::assemble_with(
+            Arc::new(RwLock::new(Arc::new(link))),
             options,
-            native: Default::default(),
-            #[cfg(feature = "sentinel")]
-            sentinel: None,
-        }
+            Parts::current(),
+        )
     }
 
-    #[cfg(feature = "sentinel")]
-    fn with_sentinel(mut self, sentinel: Arc<super::sentinel::Sentinels>) -> Self {
-        self.sentinel = Some(sentinel);
-        self
+    fn assemble_with(link: Arc<RwLock<Arc<Link>>>, options: RedisOptions, parts: Parts) -> Self {
+        RedisStore {
+            inner: Arc::new(Inner {
+                link,
+                runtime: parts.runtime,
+                _owned: parts.owned,
+                notifier: Default::default(),
+                options,
+                native: Default::default(),
+                #[cfg(feature = "sentinel")]
+                sentinel: parts.sentinel,
+            }),
+        }
     }
 
     /// The current server's connections.
     pub(crate) fn link(&self) -> Arc<Link> {
-        self.link.read().clone()
+        self.inner.link.read().clone()
     }
 
     /// After a failed command: with Sentinel, a dropped connection or a `READONLY` answer may
@@ -135,12 +181,15 @@ impl RedisStore {
     /// here); a caller that tries again a moment later finds the new master.
     async fn after<T>(&self, result: Result<T>) -> Result<T> {
         #[cfg(feature = "sentinel")]
-        if let (Err(e), Some(sentinel)) = (&result, &self.sentinel)
+        if let (Err(e), Some(sentinel)) = (&result, &self.inner.sentinel)
             && (e.is_unanswered() || e.code() == Some("READONLY"))
         {
             let (sentinel, store) = (sentinel.clone(), self.clone());
-            self.runtime
-                .spawn(async move { sentinel.follow(&store.link, &store.notifier).await });
+            self.inner.runtime.spawn(async move {
+                sentinel
+                    .follow(&store.inner.link, &store.inner.notifier)
+                    .await
+            });
         }
         result
     }
@@ -173,13 +222,11 @@ impl RedisStore {
     #[track_caller]
     pub fn blocking_connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         let runtime = owned_runtime()?;
-        let mut store = crate::blocking::block_on(
+        crate::blocking::block_on(
             Some(runtime.handle().clone()),
             "RedisStore::blocking_connect",
-            RedisStore::connect_with(url, options),
-        )?;
-        store.owned = Some(runtime);
-        Ok(store)
+            RedisStore::connect_parts(url, options, Parts::owning(&runtime)),
+        )
     }
 
     /// The `redis` client this store connects with, for dedicated connections (`WATCH`
@@ -239,15 +286,8 @@ impl Store for RedisStore {
         keys: &[String],
         args: &[String],
     ) -> Result<Reply> {
-        let mut invocation = script.redis().prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
         let mut con = self.link().con.clone();
-        let value = invocation.invoke_async::<redis::Value>(&mut con).await;
+        let value = super::commands::eval_sha(&mut con, script, keys, args).await;
         let value = self.after(value.map_err(Error::from)).await?;
         Ok(Reply::from(value))
     }
@@ -255,10 +295,10 @@ impl Store for RedisStore {
     async fn compare_and_delete(&self, keys: &[String], args: &[String]) -> Result<Reply> {
         let mut con = self.link().con.clone();
         if let (Some(lock), Some(lease)) = (keys.first(), args.first())
-            && self.native.delifeq(&mut con).await
+            && self.inner.native.delifeq(&mut con).await
         {
             let released = super::native::release(
-                &self.native,
+                &self.inner.native,
                 &mut con,
                 lock,
                 lease,
@@ -282,18 +322,19 @@ impl Store for RedisStore {
         // first use (nothing here waits for the server). While it cannot be made, waiters
         // poll, bounded by the holder's remaining time.
         let timeouts = crate::notify::Timeouts {
-            connect: self.options.connection_timeout,
-            response: self.options.response_timeout,
+            connect: self.inner.options.connection_timeout,
+            response: self.inner.options.response_timeout,
         };
         Some(
-            self.notifier
+            self.inner
+                .notifier
                 .get_or_init(|| async {
                     #[cfg(feature = "sentinel")]
-                    if let Some(sentinel) = &self.sentinel {
+                    if let Some(sentinel) = &self.inner.sentinel {
                         // Each (re)connection asks the sentinels for the master first, so a
                         // failover moves the subscriptions to the new master.
                         return crate::notify::Notifier::redis_resolved(
-                            sentinel.resolver(&self.link),
+                            sentinel.resolver(&self.inner.link),
                             timeouts,
                             self.runtime(),
                         );
@@ -310,7 +351,7 @@ impl Store for RedisStore {
     }
 
     fn runtime(&self) -> Option<tokio::runtime::Handle> {
-        Some(self.runtime.clone())
+        Some(self.inner.runtime.clone())
     }
 }
 
@@ -328,7 +369,7 @@ impl ReplicaStore for RedisStore {
             .get_or_try_init(|| async {
                 // No response timeout of its own: `WAIT` may take as long as it was told to, and
                 // `run_wait_pipeline` bounds it.
-                let config = manager_config(&self.options).set_response_timeout(None);
+                let config = manager_config(&self.inner.options).set_response_timeout(None);
                 ConnectionManager::new_with_config(link.client.clone(), config).await
             })
             .await;
@@ -392,11 +433,26 @@ impl RedisStore {
         master: &str,
         options: super::sentinel::SentinelOptions,
     ) -> Result<Self> {
+        RedisStore::connect_sentinel_parts(sentinels, master, options, Parts::current()).await
+    }
+
+    #[cfg(feature = "sentinel")]
+    async fn connect_sentinel_parts<S: AsRef<str>>(
+        sentinels: &[S],
+        master: &str,
+        options: super::sentinel::SentinelOptions,
+        parts: Parts,
+    ) -> Result<Self> {
         let (sentinels, link) =
             super::sentinel::Sentinels::connect(sentinels, master, options).await?;
-        let store = RedisStore::assemble(link, sentinels.redis_options().clone());
-        sentinels.start_watch(&store.link, &store.notifier);
-        Ok(store.with_sentinel(sentinels))
+        let parts = Parts {
+            sentinel: Some(sentinels.clone()),
+            ..parts
+        };
+        let link = Arc::new(RwLock::new(Arc::new(link)));
+        let store = RedisStore::assemble_with(link, sentinels.redis_options().clone(), parts);
+        sentinels.start_watch(&store.inner.link, &store.inner.notifier);
+        Ok(store)
     }
 
     /// Blocking twin of [`connect_sentinel`](Self::connect_sentinel), with its own runtime as
@@ -418,13 +474,11 @@ impl RedisStore {
         options: super::sentinel::SentinelOptions,
     ) -> Result<Self> {
         let runtime = owned_runtime()?;
-        let mut store = crate::blocking::block_on(
+        crate::blocking::block_on(
             Some(runtime.handle().clone()),
             "RedisStore::blocking_connect_sentinel",
-            RedisStore::connect_sentinel(sentinels, master, options),
-        )?;
-        store.owned = Some(runtime);
-        Ok(store)
+            RedisStore::connect_sentinel_parts(sentinels, master, options, Parts::owning(&runtime)),
+        )
     }
 }
 

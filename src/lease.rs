@@ -48,16 +48,17 @@ impl Lease {
         })
     }
 
-    /// The lease a renewal of this one to `expiry_ms` under `nonce` writes: the same fence, the
-    /// new expiry and nonce (`tl1:<expiry>:<fence>:<nonce>`), with no deadline yet. Built here
-    /// rather than read back, for a renewal whose answer reports the expiry only.
-    pub(crate) fn rotated(&self, expiry_ms: u64, nonce: &str) -> Lease {
-        let value = crate::scripts::format_lease(expiry_ms, self.fence, nonce);
+    /// The lease a renewal of a lease with fencing token `fence` to `expiry_ms` under `nonce`
+    /// writes: the same fence, the new expiry and nonce (`tl1:<expiry>:<fence>:<nonce>`), with
+    /// no deadline yet. Built here rather than read back, for a renewal whose answer reports the
+    /// expiry only.
+    pub(crate) fn renewal(fence: u64, expiry_ms: u64, nonce: &str) -> Lease {
+        let value = crate::scripts::format_lease(expiry_ms, fence, nonce);
         Lease {
             nonce_at: value.len() - nonce.len(),
             value,
             expires_at: Duration::from_millis(expiry_ms),
-            fence: self.fence,
+            fence,
             deadline: None,
             unconfirmed: false,
         }
@@ -199,9 +200,9 @@ mod tests {
     }
 
     #[test]
-    fn a_rotated_lease_reads_back_as_itself() {
+    fn a_renewed_lease_reads_back_as_itself() {
         let lease = Lease::parse("tl1:1700000000123:42:00ff").unwrap();
-        let rotated = lease.rotated(1_700_000_003_123, "abcd");
+        let rotated = Lease::renewal(lease.fence(), 1_700_000_003_123, "abcd");
         assert_eq!(Lease::parse(rotated.value()), Some(rotated.clone()));
         assert_eq!(rotated.value(), "tl1:1700000003123:42:abcd");
         assert_eq!((rotated.fence(), rotated.nonce()), (42, "abcd"));

@@ -199,7 +199,11 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
         let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
             continue;
         };
-        let lease = shared.current();
+        // The lease's value goes into the call as it is; only its fence is kept for the answer.
+        let (value, fence) = {
+            let lease = shared.lease.lock();
+            (lease.value().to_owned(), lease.fence())
+        };
         // The lock's two keys only (its name was checked when it was acquired).
         let keyspace = &shared.locks.options().keyspace;
         let (Ok(lock_key), Ok(fence_key)) = (
@@ -216,26 +220,27 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
             args.push(shared.locks.retention_ms());
         }
         keys.extend([lock_key, fence_key]);
-        args.extend([
-            lease.value().to_owned(),
-            ttl_ms.to_string(),
-            attempt.nonce.clone(),
-        ]);
-        sent.push((shared, lease, attempt));
+        args.extend([value, ttl_ms.to_string(), attempt.nonce]);
+        sent.push(Sent {
+            shared,
+            fence,
+            first_sent: attempt.sent,
+            nonce_arg: args.len() - 1,
+        });
     }
-    let Some((first, _, _)) = sent.first() else {
+    let Some(first) = sent.first() else {
         return later;
     };
-    let call = first.locks.eval_retrying(&RENEW_MANY, &keys, &args);
+    let call = first.shared.locks.eval_retrying(&RENEW_MANY, &keys, &args);
     let mut call = std::pin::pin!(call);
     // Not answered by the earliest deadline of the batch (a paused or unreachable server):
     // the leases past theirs are lost then, and the answer is still awaited.
-    let earliest = sent.iter().filter_map(|(s, _, _)| s.live.deadline()).min();
+    let earliest = sent.iter().filter_map(|s| s.shared.live.deadline()).min();
     let reply = match earliest {
         Some(deadline) => tokio::select! {
             reply = call.as_mut() => reply,
             () = tokio::time::sleep_until(deadline) => {
-                for (shared, _, _) in &sent {
+                for Sent { shared, .. } in &sent {
                     if shared.live.past_deadline() {
                         shared.live.lose(Loss::Deadline);
                     }
@@ -245,12 +250,12 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
         },
         None => call.await,
     };
-    let found = reply.and_then(|reply| decode(&reply, &sent));
+    let found = reply.and_then(|reply| decode(&reply, &sent, &args));
     let now = Instant::now();
     match found {
         Err(e) => {
             let outcome: Result<()> = Err(e);
-            for (shared, _, _) in sent {
+            for Sent { shared, .. } in sent {
                 // Unanswered: the attempt stays pending, repeated with its nonce.
                 shared.live.renewal_outcome(&outcome);
                 if shared.live.past_deadline() {
@@ -261,7 +266,7 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
             }
         }
         Ok(found) => {
-            for ((shared, _, _), found) in sent.into_iter().zip(found) {
+            for (Sent { shared, .. }, found) in sent.into_iter().zip(found) {
                 match found {
                     Found::Renewed(lease) => {
                         shared.live.renewal_outcome(&Ok(()));
@@ -295,12 +300,20 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
     later
 }
 
+/// One lease of a batch as sent.
+struct Sent<'a, S> {
+    shared: &'a Arc<Shared<S>>,
+    /// The lease's fencing token, which its renewal keeps.
+    fence: u64,
+    /// When the first request of this attempt (this nonce) was sent.
+    first_sent: Instant,
+    /// Where the attempt's nonce is among the call's arguments.
+    nonce_arg: usize,
+}
+
 /// Decode a [`RENEW_MANY`] reply: each lease's outcome, its renewed lease dated from the first
 /// send of its attempt and the time the reply reports it has left.
-fn decode<S>(
-    reply: &Reply,
-    sent: &[(&Arc<Shared<S>>, Lease, super::RenewalAttempt)],
-) -> Result<Vec<Found>> {
+fn decode<S>(reply: &Reply, sent: &[Sent<'_, S>], args: &[String]) -> Result<Vec<Found>> {
     let Reply::Array(items) = reply else {
         return Err(unexpected(&RENEW_MANY, reply));
     };
@@ -308,7 +321,7 @@ fn decode<S>(
         return Err(unexpected(&RENEW_MANY, reply));
     }
     let mut out = Vec::with_capacity(sent.len());
-    for ((_, lease, attempt), item) in sent.iter().zip(items.chunks(3)) {
+    for (lease, item) in sent.iter().zip(items.chunks(3)) {
         let int = |i: usize| {
             item[i]
                 .as_int()
@@ -320,9 +333,8 @@ fn decode<S>(
                 let remaining = Remaining::from_server_ms(int(2)?)
                     .ok_or_else(|| unexpected(&RENEW_MANY, reply))?;
                 Found::Renewed(
-                    lease
-                        .rotated(expiry, &attempt.nonce)
-                        .dated(attempt.sent, remaining),
+                    Lease::renewal(lease.fence, expiry, &args[lease.nonce_arg])
+                        .dated(lease.first_sent, remaining),
                 )
             }
             0 => Found::Gone(Loss::HeldByOther),

@@ -6,32 +6,35 @@
 --   ARGV[3]  how long the fence state outlives the lease, in ms
 -- Returns
 --   {1, lease, pttl}   taken; lease = "tl1:<expiry ms>:<fence>:<nonce>", expiry by server time;
---                      pttl = the lease's time left in ms as the server sees it (PTTL), from
---                      which the client dates its deadline. Also returned when this nonce
+--                      pttl = the lease's time left in ms as the server sees it, from which the
+--                      client dates its deadline: for a new lease the PX this script just set
+--                      (the key's expiry runs from a moment after the request was sent, so the
+--                      length set is never more than the server grants), else its PTTL. Also returned when this nonce
 --                      already holds the lock (a retried call whose first reply was lost), so the
 --                      call is safe to repeat: the lease the first call made, with the time it
 --                      has left. The repeat re-applies the key's expiry, a write, so that a WAIT
 --                      after it counts the replicas that have the grant.
 --   {0, holder, pttl}  held by another lease for pttl more ms (-1: the key has no expiry)
 --   error WRONGTYPE / NOTLOCK when either key holds data that is not ours; nothing is written.
-local lock_type = redis.call('TYPE', KEYS[1])['ok']
-if lock_type ~= 'none' and lock_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+-- Each key is read once: a GET of a key of another type fails (WRONGTYPE), and only then is its
+-- type asked for the error message (every server call a script makes costs about a
+-- microsecond or two on top of the command itself).
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. redis.call('TYPE', KEYS[1])['ok'])
 end
-local fence_type = redis.call('TYPE', KEYS[2])['ok']
-if fence_type ~= 'none' and fence_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE fence key holds a ' .. fence_type)
+local raw = redis.pcall('GET', KEYS[2])
+if type(raw) == 'table' then
+  return redis.error_reply('WRONGTYPE fence key holds a ' .. redis.call('TYPE', KEYS[2])['ok'])
 end
 local last = 0
-if fence_type == 'string' then
-  local raw = redis.call('GET', KEYS[2])
+if raw then
   -- A token is digits and at most 2^53 - 1, the largest integer a Lua number holds exactly.
   if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
     return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
   end
   last = tonumber(raw)
 end
-local cur = redis.call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, 4) ~= 'tl1:' then
     return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
@@ -52,8 +55,6 @@ end
 local ttl = tonumber(ARGV[1])
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
--- The token is the larger of "one more than the last" and the server time in microseconds, so it
--- keeps increasing even after the fence key has expired (see the crate docs, "Fencing").
 local fence = last + 1
 if now_us > fence then
   fence = now_us
@@ -61,4 +62,4 @@ end
 local lease = string.format('tl1:%d:%d:%s', math.floor(now_us / 1000) + ttl, fence, ARGV[2])
 redis.call('SET', KEYS[1], lease, 'PX', ttl)
 redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ttl + tonumber(ARGV[3]))
-return {1, lease, redis.call('PTTL', KEYS[1])}
+return {1, lease, ttl}

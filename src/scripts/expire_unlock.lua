@@ -5,14 +5,15 @@
 --   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns 1 released, 0 held by another lease, -1 not held (absent or expired).
 -- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
-local lock_type = redis.call('TYPE', KEYS[1])['ok']
-if lock_type == 'none' then
+-- The key is read once: a GET of a key of another type fails (WRONGTYPE), and only then is its
+-- type asked for the error message.
+local cur = redis.pcall('GET', KEYS[1])
+if cur == false then
   return -1
 end
-if lock_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+if type(cur) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. redis.call('TYPE', KEYS[1])['ok'])
 end
-local cur = redis.call('GET', KEYS[1])
 if string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
 end

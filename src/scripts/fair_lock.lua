@@ -15,25 +15,27 @@
 --   {1, lease, pttl}
 --                ours: taken now, or granted by a release (confirmed now: the lease is rewritten
 --                to ARGV[1] from now, the fencing token kept), or held already (a repeat);
---                safe to repeat. pttl = the lease's time left in ms as the server sees it (PTTL).
+--                safe to repeat. pttl = the lease's time left in ms as the server sees it: the
+--                PX this script just set (the expiry runs from after the request was sent).
 --   {0, pttl, mark}
 --                busy: held for pttl more ms (-1: the lock key has no expiry), or free with a
 --                live waiter ahead of us (pttl is that waiter's lease left). mark = max(last fencing token, server time in us):
 --                every grant a release makes after this attempt has a larger fencing token
 --                (the waiter trusts a grant announcement only then: see fair_unlock).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
--- check_types, read_fence: from prelude.lua, prepended.
+-- get_string, check_types, read_fence: from prelude.lua, prepended.
 -- Nobody queued (the uncontended case): the queue's keys are absent, so there is nothing to type
 -- check, skip or leave there (the fair cycle then costs what the plain one does).
 local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
-local spec = {{KEYS[1], 'string', 'lock'}, {KEYS[2], 'string', 'fence'}}
+local cur, lock_err = get_string(KEYS[1], 'lock')
+if lock_err then return lock_err end
+local fence_raw, fence_err = get_string(KEYS[2], 'fence')
+if fence_err then return fence_err end
 if queued then
-  spec[3], spec[4] = {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}
+  local types = check_types({{KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}})
+  if types.err then return types end
 end
-local types = check_types(spec)
-if types.err then return types end
-local lock_type, fence_type = types[1], types[2]
-local last = read_fence(KEYS[2], fence_type)
+local last = read_fence(KEYS[2], fence_raw and 'string' or 'none', fence_raw)
 if type(last) == 'table' then return last end
 local ttl = tonumber(ARGV[1])
 local nonce = ARGV[2]
@@ -63,9 +65,9 @@ local function take(fence)
   redis.call('SET', KEYS[1], lease, 'PX', ttl)
   redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ttl + retention)
   if queued then leave(nonce) end
-  return {1, lease, redis.call('PTTL', KEYS[1])}
+  -- The PX just set: the key's expiry runs from a moment after the request was sent.
+  return {1, lease, ttl}
 end
-local cur = redis.call('GET', KEYS[1])
 if cur then
   if string.sub(cur, 1, 4) ~= 'tl1:' then
     return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')

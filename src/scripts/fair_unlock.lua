@@ -20,7 +20,7 @@
 -- went to the next waiter, else 0. Safe to repeat: a repeat finds nothing of ours.
 -- Error WRONGTYPE / NOTLOCK when a key it would touch holds data that is not ours; nothing is
 -- written.
--- check_types, read_fence: from prelude.lua, prepended.
+-- get_string, check_types, read_fence: from prelude.lua, prepended.
 -- Nobody queued and no grant pending (the uncontended case): the queue's keys and the grant
 -- record are absent, nobody is granted or woken, and the fence is not needed, so none of them is
 -- read (the fair release then costs what the plain one does).
@@ -30,9 +30,11 @@ if KEYS[5] then
 else
   queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
 end
-local spec = {{KEYS[1], 'string', 'lock'}}
+local cur, lock_err = get_string(KEYS[1], 'lock')
+if lock_err then return lock_err end
+local spec = {}
 if queued then
-  spec[2], spec[3], spec[4] = {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}
+  spec[1], spec[2], spec[3] = {KEYS[2], 'string', 'fence'}, {KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}
 end
 local grant_at
 if KEYS[5] and queued then
@@ -44,10 +46,9 @@ if types.err then return types end
 local grant_type = grant_at and types[grant_at]
 local last = 0
 if queued then
-  last = read_fence(KEYS[2], types[2])
+  last = read_fence(KEYS[2], types[1])
   if type(last) == 'table' then return last end
 end
-local cur = redis.call('GET', KEYS[1])
 if cur and string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
 end

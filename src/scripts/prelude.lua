@@ -17,14 +17,24 @@ local function check_types(spec)
   end
   return types
 end
--- read_fence(key, key_type): the last fencing token a fence key holds (0 when it is absent,
+-- get_string(key, what): a string key's value (false when it is absent) read with one GET, or
+-- nil and, when the key holds another type, the WRONGTYPE error reply naming it (the type is
+-- asked for only then): one server call where check_types and a GET would make two.
+local function get_string(key, what)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    return nil, redis.error_reply('WRONGTYPE ' .. what .. ' key holds a ' .. redis.call('TYPE', key)['ok'])
+  end
+  return value
+end
+-- read_fence(key, key_type, raw): the last fencing token a fence key holds (0 when it is absent,
 -- key_type being its type from check_types), or the NOTLOCK error reply when it holds a value
--- that is not a fencing token.
-local function read_fence(key, key_type)
+-- that is not a fencing token. raw: the key's value when it was read already (get_string).
+local function read_fence(key, key_type, raw)
   if key_type ~= 'string' then
     return 0
   end
-  local raw = redis.call('GET', key)
+  raw = raw or redis.call('GET', key)
   if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
     return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
   end

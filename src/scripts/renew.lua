@@ -6,30 +6,27 @@
 --   ARGV[3]  new nonce
 --   ARGV[4]  how long the fence state outlives the lease, in ms
 -- Returns {1, new lease, pttl} renewed, pttl = the lease's time left in ms as the server sees it
---         (PTTL); also when this new nonce already holds it (a retried renewal: the lease the
+--         (the PX just set, or the PTTL of a lease found); also when this new nonce already holds it (a retried renewal: the lease the
 --         first call made, with the time it has left; the repeat re-applies the key's expiry so
 --         that a WAIT after it counts the renewal),
 --         {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
-local lock_type = redis.call('TYPE', KEYS[1])['ok']
-if lock_type == 'none' then
+-- Each key is read once: a GET of a key of another type fails (WRONGTYPE), and only then is its
+-- type asked for the error message.
+local cur = redis.pcall('GET', KEYS[1])
+if cur == false then
   return {-1}
 end
-if lock_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key holds a ' .. lock_type)
+if type(cur) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key holds a ' .. redis.call('TYPE', KEYS[1])['ok'])
 end
-local fence_type = redis.call('TYPE', KEYS[2])['ok']
-if fence_type ~= 'none' and fence_type ~= 'string' then
-  return redis.error_reply('WRONGTYPE fence key holds a ' .. fence_type)
+local last = redis.pcall('GET', KEYS[2])
+if type(last) == 'table' then
+  return redis.error_reply('WRONGTYPE fence key holds a ' .. redis.call('TYPE', KEYS[2])['ok'])
 end
-local last = false
-if fence_type == 'string' then
-  last = redis.call('GET', KEYS[2])
-  if not string.match(last, '^%d+$') or tonumber(last) > 9007199254740991 then
-    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
-  end
+if last and (not string.match(last, '^%d+$') or tonumber(last) > 9007199254740991) then
+  return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
 end
-local cur = redis.call('GET', KEYS[1])
 if string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
 end
@@ -60,4 +57,5 @@ if not last or tonumber(last) < tonumber(fence) then
   last = fence
 end
 redis.call('SET', KEYS[2], last, 'PX', ttl + tonumber(ARGV[4]))
-return {1, lease, redis.call('PTTL', KEYS[1])}
+-- The PX just set: the key's expiry runs from a moment after the request was sent.
+return {1, lease, ttl}

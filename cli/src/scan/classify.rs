@@ -117,6 +117,8 @@ pub(crate) enum Part {
     FairQueue,
     /// Its waiters' entries, `:fairw`.
     FairWaiters,
+    /// The fair mode's record of a grant its waiter has not confirmed yet, `:fairg`.
+    FairGrant,
     /// The reader/writer lock's writer, `:w`.
     Writer,
     /// Its readers, `:r`.
@@ -155,6 +157,8 @@ enum Shape {
     Nonces,
     /// A hash of nonce → `<integer>:<integer>…` (at least one such field; others tolerated).
     Entries,
+    /// A grant record: `<nonce>:<wake channel>`.
+    Grant,
 }
 
 /// One key of a layout.
@@ -168,11 +172,12 @@ struct Layout {
 
 /// Every key of every kind under `<prefix>{name}`: the tables of `tairlock::expire_lock`,
 /// `tairlock::fair`, `tairlock::semaphore` and `tairlock_rwlock` ("Key layout").
-const LAYOUT: [Layout; 15] = [
+const LAYOUT: [Layout; 16] = [
     layout("", Part::Lock, "string", Shape::Lease),
     layout(":fence", Part::Fence, "string", Shape::Integer),
     layout(":fairq", Part::FairQueue, "zset", Shape::Nonces),
     layout(":fairw", Part::FairWaiters, "hash", Shape::Entries),
+    layout(":fairg", Part::FairGrant, "string", Shape::Grant),
     layout(":w", Part::Writer, "string", Shape::Lease),
     layout(":r", Part::Readers, "zset", Shape::Nonces),
     layout(":wi", Part::Intent, "string", Shape::Nonce),
@@ -245,6 +250,11 @@ impl Shape {
                 .short_string()
                 .and_then(|v| std::str::from_utf8(v).ok())
                 .is_some_and(is_nonce),
+            (Shape::Grant, _) => facts
+                .short_string()
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.split_once(':'))
+                .is_some_and(|(nonce, channel)| is_nonce(nonce) && !channel.is_empty()),
             (Shape::Nonces, Sample::Zset { members, .. }) => {
                 !members.is_empty() && members.iter().all(|(m, _)| is_nonce(m))
             }
@@ -606,7 +616,10 @@ impl Collector {
             name: name.clone(),
             keys,
         };
-        let expire = group.has(Part::Lock);
+        // A grant record lives only while the lock holds the lease it granted (as long as
+        // the grant lasts): it is the expire lock's, with its lock key or, if that went
+        // (deleted by hand), alone.
+        let expire = group.has(Part::Lock) || group.has(Part::FairGrant);
         let rw = [
             Part::Writer,
             Part::Readers,
@@ -655,6 +668,7 @@ impl Collector {
         if expire {
             let mut keys: Vec<String> = group.take(Part::Lock).into_iter().map(|f| f.key).collect();
             keys.extend(fence.iter().map(|f| f.key.clone()));
+            keys.extend(group.take(Part::FairGrant).map(|f| f.key));
             items.push(Item::Expire(named(keys)));
         }
         if !fair.is_empty() {
@@ -821,6 +835,30 @@ mod tests {
         assert!(matches!(&items[3], Item::Sem(n, _) if n.keys.len() == 3));
         let keys: usize = items.iter().map(|i| i.keys().len()).sum();
         assert_eq!(keys, 10, "every key once");
+    }
+
+    #[test]
+    fn a_fair_grant_record_is_the_expire_locks() {
+        let grant = format!("{NONCE}:tairlock:{{a}}:w:7");
+        let (items, other) = collect(vec![
+            string("tairlock:{a}", &lease(), ttl()),
+            string("tairlock:{a}:fence", "1764000000000000", ttl()),
+            string("tairlock:{a}:fairg", &grant, ttl()),
+            // The lock key gone (deleted by hand): the record is still the expire lock's.
+            string("tairlock:{b}:fairg", &grant, ttl()),
+            // Not a grant record: judged alone.
+            string("tairlock:{c}:fairg", "not a grant", ttl()),
+        ]);
+        assert_eq!(other, 1, "{items:#?}");
+        assert_eq!(items.len(), 2, "{items:#?}");
+        let Item::Expire(a) = &items[0] else {
+            panic!("{items:#?}")
+        };
+        assert_eq!(
+            a.keys,
+            ["tairlock:{a}", "tairlock:{a}:fence", "tairlock:{a}:fairg"]
+        );
+        assert!(matches!(&items[1], Item::Expire(b) if b.keys == ["tairlock:{b}:fairg"]));
     }
 
     #[test]

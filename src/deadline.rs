@@ -9,11 +9,13 @@
 //! - `sent` is when the request whose answer granted or renewed the lease was **first** sent. A
 //!   repeat of an unanswered request (same nonce) is dated from the first send: the server may
 //!   have applied it then.
-//! - `remaining` is the time the lease has left **as that answer reports it** (the key's `PTTL`,
-//!   or a sorted-set score − `TIME`, read in the same script that granted or renewed), never the
-//!   length that was asked for. A repeated acquire gets back the lease its first send made, with
-//!   whatever time that lease has left; dating the length asked for from the repeat would trust
-//!   the lease for as long as the outage lasted after the server let it go.
+//! - `remaining` is the time the lease has left **as that answer reports it**, worked out by the
+//!   same script that granted or renewed: the `PX` it has just set on the key it wrote (the
+//!   key's expiry then runs from a moment after the request was sent), the key's `PTTL` for a
+//!   lease it found rather than wrote, or a sorted-set score − `TIME` — never a length the
+//!   client assumes. A repeated acquire gets back the lease its first send made, with whatever
+//!   time that lease has left (its `PTTL`); dating the length asked for from the repeat would
+//!   trust the lease for as long as the outage lasted after the server let it go.
 //! - `drift` allows for client and server clocks running at slightly different rates over the
 //!   time relied on, and for the millisecond rounding of `PTTL`: 1% of `remaining` + 2 ms.
 //!

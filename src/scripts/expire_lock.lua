@@ -16,25 +16,14 @@
 --                      after it counts the replicas that have the grant.
 --   {0, holder, pttl}  held by another lease for pttl more ms (-1: the key has no expiry)
 --   error WRONGTYPE / NOTLOCK when either key holds data that is not ours; nothing is written.
--- Each key is read once: a GET of a key of another type fails (WRONGTYPE), and only then is its
--- type asked for the error message (every server call a script makes costs about a
--- microsecond or two on top of the command itself).
-local cur = redis.pcall('GET', KEYS[1])
-if type(cur) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key holds a ' .. redis.call('TYPE', KEYS[1])['ok'])
-end
-local raw = redis.pcall('GET', KEYS[2])
-if type(raw) == 'table' then
-  return redis.error_reply('WRONGTYPE fence key holds a ' .. redis.call('TYPE', KEYS[2])['ok'])
-end
-local last = 0
-if raw then
-  -- A token is digits and at most 2^53 - 1, the largest integer a Lua number holds exactly.
-  if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
-    return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
-  end
-  last = tonumber(raw)
-end
+-- get_string, fence_token: from prelude.lua, prepended. Each key is read once: get_string's GET
+-- is also the type check.
+local cur, lock_err = get_string(KEYS[1], 'lock')
+if lock_err then return lock_err end
+local raw, fence_err = get_string(KEYS[2], 'fence')
+if fence_err then return fence_err end
+local last = fence_token(raw)
+if type(last) == 'table' then return last end
 if cur then
   if string.sub(cur, 1, 4) ~= 'tl1:' then
     return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')

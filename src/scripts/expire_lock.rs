@@ -4,8 +4,11 @@ use super::format::{LEASE_PREFIX, format_lease, not_a_lease, read_fence};
 use crate::script::{CommandResult, Db, Reply, Script, int_arg, now_us, string_or_none, touch};
 
 /// Take the lock if it is not held. Lua: `expire_lock.lua`.
-pub static EXPIRE_LOCK: Script =
-    Script::new("expire_lock", include_str!("expire_lock.lua"), native);
+pub static EXPIRE_LOCK: Script = Script::new(
+    "expire_lock",
+    concat!(include_str!("prelude.lua"), include_str!("expire_lock.lua")),
+    native,
+);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let (lock, fence_key) = (&keys[0], &keys[1]);

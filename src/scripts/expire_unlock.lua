@@ -5,14 +5,12 @@
 --   ARGV[3]  optional: 'SPUBLISH' to announce with sharded pub/sub (default 'PUBLISH')
 -- Returns 1 released, 0 held by another lease, -1 not held (absent or expired).
 -- Error WRONGTYPE / NOTLOCK when the key holds data that is not ours; nothing is deleted.
--- The key is read once: a GET of a key of another type fails (WRONGTYPE), and only then is its
--- type asked for the error message.
-local cur = redis.pcall('GET', KEYS[1])
+-- get_string: from prelude.lua, prepended. The key is read once: its GET is also the type
+-- check.
+local cur, lock_err = get_string(KEYS[1], 'lock')
+if lock_err then return lock_err end
 if cur == false then
   return -1
-end
-if type(cur) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key holds a ' .. redis.call('TYPE', KEYS[1])['ok'])
 end
 if string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')

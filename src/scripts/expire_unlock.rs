@@ -2,8 +2,14 @@ use super::format::{LEASE_PREFIX, not_a_lease};
 use crate::script::{CommandResult, Db, Reply, Script, string_or_none};
 
 /// Delete the lock only if it holds exactly this lease. Lua: `expire_unlock.lua`.
-pub static EXPIRE_UNLOCK: Script =
-    Script::new("expire_unlock", include_str!("expire_unlock.lua"), native);
+pub static EXPIRE_UNLOCK: Script = Script::new(
+    "expire_unlock",
+    concat!(
+        include_str!("prelude.lua"),
+        include_str!("expire_unlock.lua")
+    ),
+    native,
+);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let lock = &keys[0];

@@ -23,7 +23,7 @@
 --                every grant a release makes after this attempt has a larger fencing token
 --                (the waiter trusts a grant announcement only then: see fair_unlock).
 --   error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
--- get_string, check_types, read_fence: from prelude.lua, prepended.
+-- get_string, check_types, fence_token: from prelude.lua, prepended.
 -- Nobody queued (the uncontended case): the queue's keys are absent, so there is nothing to type
 -- check, skip or leave there (the fair cycle then costs what the plain one does).
 local queued = redis.call('EXISTS', KEYS[3], KEYS[4]) > 0
@@ -35,7 +35,7 @@ if queued then
   local types = check_types({{KEYS[3], 'zset', 'queue'}, {KEYS[4], 'hash', 'waiters'}})
   if types.err then return types end
 end
-local last = read_fence(KEYS[2], fence_raw and 'string' or 'none', fence_raw)
+local last = fence_token(fence_raw)
 if type(last) == 'table' then return last end
 local ttl = tonumber(ARGV[1])
 local nonce = ARGV[2]

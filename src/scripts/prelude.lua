@@ -1,6 +1,6 @@
--- prelude: helpers shared by the scripts built with it (the semaphore's and the fair mode's:
--- scripts/semaphore.rs and scripts/fair.rs prepend this file to each of them, so the script the
--- server loads is this file followed by the script's own).
+-- prelude: helpers shared by the scripts built with it (the expire lock's, the fair mode's, the
+-- semaphore's and the token lock's: their declarations in scripts/*.rs prepend this file to
+-- each of them, so the script the server loads is this file followed by the script's own).
 --
 -- check_types(spec): spec is a list of {key, wanted type, what}. Returns the keys' types ('none'
 -- where a key is absent), or, for the first key that holds another type than wanted, the
@@ -27,18 +27,26 @@ local function get_string(key, what)
   end
   return value
 end
--- read_fence(key, key_type, raw): the last fencing token a fence key holds (0 when it is absent,
--- key_type being its type from check_types), or the NOTLOCK error reply when it holds a value
--- that is not a fencing token. raw: the key's value when it was read already (get_string).
-local function read_fence(key, key_type, raw)
-  if key_type ~= 'string' then
+-- fence_token(raw): the fencing token a fence key's value holds (0 for false: the key is
+-- absent), or the NOTLOCK error reply when it is not one. A token is digits and at most
+-- 2^53 - 1, the largest integer a Lua number holds exactly.
+local function fence_token(raw)
+  if not raw then
     return 0
   end
-  raw = raw or redis.call('GET', key)
   if not string.match(raw, '^%d+$') or tonumber(raw) > 9007199254740991 then
     return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
   end
   return tonumber(raw)
+end
+-- read_fence(key, key_type): the last fencing token a fence key holds (0 when it is absent,
+-- key_type being its type from check_types), or the NOTLOCK error reply when it holds a value
+-- that is not a fencing token.
+local function read_fence(key, key_type)
+  if key_type ~= 'string' then
+    return 0
+  end
+  return fence_token(redis.call('GET', key))
 end
 -- now_us(): the server's time in microseconds.
 local function now_us()

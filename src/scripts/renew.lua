@@ -11,22 +11,17 @@
 --         that a WAIT after it counts the renewal),
 --         {0} held by another lease, {-1} not held.
 -- Error WRONGTYPE / NOTLOCK when a key holds data that is not ours; nothing is written.
--- Each key is read once: a GET of a key of another type fails (WRONGTYPE), and only then is its
--- type asked for the error message.
-local cur = redis.pcall('GET', KEYS[1])
+-- get_string, fence_token: from prelude.lua, prepended. Each key is read once: get_string's GET
+-- is also the type check.
+local cur, lock_err = get_string(KEYS[1], 'lock')
+if lock_err then return lock_err end
 if cur == false then
   return {-1}
 end
-if type(cur) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key holds a ' .. redis.call('TYPE', KEYS[1])['ok'])
-end
-local last = redis.pcall('GET', KEYS[2])
-if type(last) == 'table' then
-  return redis.error_reply('WRONGTYPE fence key holds a ' .. redis.call('TYPE', KEYS[2])['ok'])
-end
-if last and (not string.match(last, '^%d+$') or tonumber(last) > 9007199254740991) then
-  return redis.error_reply('NOTLOCK fence key holds a value that is not a fencing token')
-end
+local last, fence_err = get_string(KEYS[2], 'fence')
+if fence_err then return fence_err end
+local token = fence_token(last)
+if type(token) == 'table' then return token end
 if string.sub(cur, 1, 4) ~= 'tl1:' then
   return redis.error_reply('NOTLOCK lock key holds a value that is not a tairlock lease')
 end

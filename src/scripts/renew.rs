@@ -6,7 +6,11 @@ use crate::script::{
 };
 
 /// Move the expiry of a held lease and rotate its nonce. Lua: `renew.lua`.
-pub static RENEW: Script = Script::new("renew", include_str!("renew.lua"), native);
+pub static RENEW: Script = Script::new(
+    "renew",
+    concat!(include_str!("prelude.lua"), include_str!("renew.lua")),
+    native,
+);
 
 fn native(db: &mut Db, keys: &[String], args: &[String]) -> CommandResult<Reply> {
     let (lock, fence_key) = (&keys[0], &keys[1]);

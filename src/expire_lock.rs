@@ -39,7 +39,7 @@ use crate::deadline::Remaining;
 use crate::error::{Error, Result};
 use crate::keys::{Keyspace, LockKeys};
 use crate::lease::{Lease, nonce};
-use crate::script::{Reply, Script, array, unexpected};
+use crate::script::{Packed, Reply, Script, array, unexpected};
 use crate::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW};
 use crate::store::{Store, Ttl};
 
@@ -705,6 +705,19 @@ impl<S: Store> ExpireLock<S> {
     ) -> Result<Reply> {
         match self.store.eval(script, keys, args).await {
             Err(e) if e.is_unanswered() => self.store.eval(script, keys, args).await,
+            other => other,
+        }
+    }
+
+    /// [`eval_retrying`](Self::eval_retrying) with packed keys and arguments.
+    pub(crate) async fn eval_packed_retrying(
+        &self,
+        script: &'static Script,
+        keys: &Packed,
+        args: &Packed,
+    ) -> Result<Reply> {
+        match self.store.eval_packed(script, keys, args).await {
+            Err(e) if e.is_unanswered() => self.store.eval_packed(script, keys, args).await,
             other => other,
         }
     }

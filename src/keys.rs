@@ -83,6 +83,12 @@ impl Keyspace {
         Ok(key)
     }
 
+    /// [`key`](Self::key) appended to `out`, for a name validated before (a held lock's).
+    pub(crate) fn push_key(&self, out: &mut crate::script::Packed, name: &str, suffix: &str) {
+        debug_assert!(Keyspace::validate(name).is_ok());
+        out.push_concat(&[&self.prefix, "{", name, "}", suffix]);
+    }
+
     /// The expire lock's keys for `name`.
     ///
     /// # Errors

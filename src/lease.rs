@@ -48,28 +48,39 @@ impl Lease {
         })
     }
 
-    /// The lease a renewal of a lease with fencing token `fence` to `expiry_ms` under `nonce`
-    /// writes: the same fence, the new expiry and nonce (`tl1:<expiry>:<fence>:<nonce>`), with
-    /// no deadline yet. Built here rather than read back, for a renewal whose answer reports the
-    /// expiry only.
-    pub(crate) fn renewal(fence: u64, expiry_ms: u64, nonce: &str) -> Lease {
-        let value = crate::scripts::format_lease(expiry_ms, fence, nonce);
-        Lease {
-            nonce_at: value.len() - nonce.len(),
-            value,
-            expires_at: Duration::from_millis(expiry_ms),
-            fence,
-            deadline: None,
-            unconfirmed: false,
-        }
-    }
-
     /// This lease as the answer to a request first sent at `sent` granted or renewed it,
     /// reporting `remaining`: its deadline is the [deadline rule](crate::deadline)'s, and no
-    /// other way to give a lease a deadline of its own exists.
+    /// other way to give a lease a deadline of its own exists (but [`renew_in_place`], which
+    /// dates through this).
+    ///
+    /// [`renew_in_place`]: Self::renew_in_place
     pub(crate) fn dated(mut self, sent: tokio::time::Instant, remaining: Remaining) -> Self {
         self.deadline = Some(local_deadline(sent, remaining));
         self
+    }
+
+    /// This lease replaced by the renewal a script reports by its expiry only: the same fence,
+    /// the new expiry and nonce (`tl1:<expiry>:<fence>:<nonce>`, built here rather than read
+    /// back), [`dated`](Self::dated) from `sent` with `remaining`; written over this value's
+    /// buffer (a batched watchdog renews many leases a second).
+    pub(crate) fn renew_in_place(
+        &mut self,
+        expiry_ms: u64,
+        nonce: &str,
+        sent: tokio::time::Instant,
+        remaining: Remaining,
+    ) {
+        crate::scripts::write_lease(&mut self.value, expiry_ms, self.fence, nonce);
+        let value = std::mem::take(&mut self.value);
+        *self = Lease {
+            nonce_at: value.len() - nonce.len(),
+            value,
+            expires_at: Duration::from_millis(expiry_ms),
+            fence: self.fence,
+            deadline: None,
+            unconfirmed: false,
+        }
+        .dated(sent, remaining);
     }
 
     /// This lease with `earlier`'s deadline, when it has one: a renewal that does not count yet
@@ -168,6 +179,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_lease_renewed_in_place_is_the_renewal_dated_by_the_rule() {
+        let sent = tokio::time::Instant::now();
+        let remaining = Remaining::from_server_ms(2_999).unwrap();
+        let mut lease = Lease::parse("tl1:1700000000123:42:00ff")
+            .unwrap()
+            .unconfirmed();
+        lease.renew_in_place(1_700_000_003_000, "abcdef0123", sent, remaining);
+        let expected = Lease::parse("tl1:1700000003000:42:abcdef0123")
+            .unwrap()
+            .dated(sent, remaining);
+        assert!(lease == expected, "{lease:?} != {expected:?}");
+        assert_eq!(lease.value(), "tl1:1700000003000:42:abcdef0123");
+        assert_eq!(lease.nonce(), "abcdef0123");
+        assert_eq!(lease.expires_at(), Duration::from_millis(1_700_000_003_000));
+        assert_eq!(lease.deadline(), Some(local_deadline(sent, remaining)));
+    }
+
+    #[test]
     fn lease_parses_its_own_format() {
         let lease = Lease::parse("tl1:1700000000123:42:00ff").unwrap();
         assert_eq!(lease.expires_at(), Duration::from_millis(1_700_000_000_123));
@@ -201,9 +230,18 @@ mod tests {
 
     #[test]
     fn a_renewed_lease_reads_back_as_itself() {
-        let lease = Lease::parse("tl1:1700000000123:42:00ff").unwrap();
-        let rotated = Lease::renewal(lease.fence(), 1_700_000_003_123, "abcd");
-        assert_eq!(Lease::parse(rotated.value()), Some(rotated.clone()));
+        let mut rotated = Lease::parse("tl1:1700000000123:42:00ff").unwrap();
+        let remaining = Remaining::from_server_ms(3_000).unwrap();
+        rotated.renew_in_place(
+            1_700_000_003_123,
+            "abcd",
+            tokio::time::Instant::now(),
+            remaining,
+        );
+        let read_back = Lease::parse(rotated.value()).unwrap();
+        assert_eq!(read_back.deadline(), None);
+        assert_eq!(read_back.expires_at(), rotated.expires_at());
+        assert_eq!(read_back.value(), rotated.value());
         assert_eq!(rotated.value(), "tl1:1700000003123:42:abcd");
         assert_eq!((rotated.fence(), rotated.nonce()), (42, "abcd"));
     }

@@ -177,7 +177,7 @@ pub use crate::reentrant::{OwnedReentrantGuard, Owner, ReentrantGuard, Reentrant
 pub use crate::replicated::{
     ReplicatedAcquire, ReplicatedGuard, ReplicatedLock, ReplicatedRelease, ReplicatedRenew,
 };
-pub use crate::script::{Reply, Script};
+pub use crate::script::{Packed, Reply, Script};
 pub use crate::semaphore::{PermitGuard, Semaphore, SemaphoreOptions};
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]

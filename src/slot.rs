@@ -43,11 +43,21 @@ pub fn key_slot(key: &str) -> u16 {
 /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming the first key of another
 /// slot: the request would fail with `CROSSSLOT` on a cluster.
 pub fn check_one_slot(keys: &[String]) -> Result<()> {
-    let Some(first) = keys.first() else {
+    check_one_slot_of(keys.iter().map(String::as_str))
+}
+
+/// [`check_one_slot`] over any list of keys.
+///
+/// # Errors
+///
+/// As [`check_one_slot`].
+pub fn check_one_slot_of<'a>(keys: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    let mut keys = keys.into_iter();
+    let Some(first) = keys.next() else {
         return Ok(());
     };
     let slot = key_slot(first);
-    for key in &keys[1..] {
+    for key in keys {
         if key_slot(key) != slot {
             return Err(Error::invalid(format!(
                 "keys {first:?} (slot {slot}) and {key:?} (slot {}) would be CROSSSLOT on a cluster",

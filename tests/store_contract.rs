@@ -12,7 +12,8 @@ use std::time::Duration;
 use support::{Env, TestStore, backend_tests, strings};
 use tairlock::scripts::{EXPIRE_LOCK, EXPIRE_UNLOCK, FORCE_UNLOCK, INSPECT, RENEW, RENEW_MANY};
 use tairlock::{
-    Acquire, ErrorKind, ExpireLock, Lease, Options, Renew, Reply, Result, Store, Ttl, Unlock,
+    Acquire, ErrorKind, ExpireLock, Lease, Options, Packed, Renew, Reply, Result, Store, Ttl,
+    Unlock,
 };
 
 /// A TTL that does not run out during a test.
@@ -433,6 +434,63 @@ fn renewed_at(reply: &Reply, i: usize) -> (i64, i64, i64) {
     let items = reply.as_array().expect("an array");
     let int = |j: usize| items[3 * i + j].as_int().expect("an integer");
     (int(0), int(1), int(2))
+}
+
+/// A call with packed keys and arguments runs the script as the same call unpacked: a grant
+/// made through one is repeated (same nonce, same lease) through the other, and a renewal of
+/// many leases packed renews each.
+async fn a_packed_call_runs_the_script_as_the_unpacked_call<S: TestStore>(env: Env<S>) {
+    let (keys_p, args_p) = (keys(&env, "p"), lock_args(LONG_MS, "0a"));
+    let packed = |items: &[String]| {
+        let mut out = Packed::default();
+        for item in items {
+            out.push(item);
+        }
+        out
+    };
+    let first = granted(
+        &env.store
+            .eval_packed(&EXPIRE_LOCK, &packed(&keys_p), &packed(&args_p))
+            .await
+            .unwrap(),
+    );
+    let repeat = granted(
+        &env.store
+            .eval(&EXPIRE_LOCK, &keys_p, &args_p)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        first.value(),
+        repeat.value(),
+        "the repeat finds the packed call's lease"
+    );
+    let mut all_keys = Vec::new();
+    let mut args = vec![RETENTION_MS.to_string()];
+    for (name, nonce) in [("q", "0b"), ("r", "0c")] {
+        let lease = granted(
+            &env.store
+                .eval(&EXPIRE_LOCK, &keys(&env, name), &lock_args(LONG_MS, nonce))
+                .await
+                .unwrap(),
+        );
+        all_keys.extend(keys(&env, name));
+        args.extend([
+            lease.value().to_owned(),
+            LONG_MS.to_string(),
+            format!("f{nonce}"),
+        ]);
+    }
+    let reply = env
+        .store
+        .eval_packed(&RENEW_MANY, &packed(&all_keys), &packed(&args))
+        .await
+        .unwrap();
+    for (i, name) in ["q", "r"].iter().enumerate() {
+        assert_eq!(renewed_at(&reply, i).0, 1, "{name}: {reply:?}");
+        let stored = env.store.get(&lock_key(name)).await.unwrap().unwrap();
+        assert!(stored.ends_with(format!(":f0{}", (b'b' + i as u8) as char).as_bytes()));
+    }
 }
 
 /// One call renews each lease as `RENEW` would and answers each on its own: renewed (a new
@@ -1384,6 +1442,7 @@ backend_tests!(
     expire_unlock_script_covers_absent_mine_other_expired_and_retried,
     renew_script_covers_absent_mine_other_expired_and_retried,
     renew_many_script_answers_each_lease_on_its_own,
+    a_packed_call_runs_the_script_as_the_unpacked_call,
     force_unlock_script_deletes_any_lease_and_keeps_the_fence,
     inspect_script_reports_type_value_pttl_and_fence,
     scripts_refuse_a_users_data_under_the_lock_key_and_change_nothing,

@@ -31,9 +31,8 @@ use super::Shared;
 use super::queue::{Entry, Renewer};
 use crate::deadline::Remaining;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::Lease;
 use crate::observe::Loss;
-use crate::script::{Reply, unexpected};
+use crate::script::{Packed, Reply, unexpected};
 use crate::scripts::RENEW_MANY;
 use crate::store::Store;
 
@@ -173,7 +172,11 @@ fn batches<S: Store>(mut due: Vec<Arc<Shared<S>>>, single_shard: bool) -> Vec<Ve
 
 /// What one lease of a batch found.
 enum Found {
-    Renewed(Lease),
+    /// Renewed to expire at `expiry` (server ms), with `remaining` left as the reply reports.
+    Renewed {
+        expiry: u64,
+        remaining: Remaining,
+    },
     Gone(Loss),
     Refused(Error),
 }
@@ -186,7 +189,9 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
     // put back briefly.
     let locked: Vec<_> = members.iter().map(|m| m.live.try_renewing()).collect();
     let mut sent = Vec::with_capacity(members.len());
-    let (mut keys, mut args) = (Vec::new(), Vec::new());
+    // Every key and argument is written into one buffer each (five strings per lease).
+    let mut keys = Packed::with_capacity(2 * members.len(), 48 * members.len());
+    let mut args = Packed::with_capacity(1 + 3 * members.len(), 96 * members.len());
     for (shared, lock) in members.iter().zip(&locked) {
         if lock.is_none() {
             later.push((Instant::now() + shared.retry_pause(), shared.clone()));
@@ -199,39 +204,36 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
         let Some(ttl) = shared.live.capped_ttl(shared.ttl) else {
             continue;
         };
-        // The lease's value goes into the call as it is; only its fence is kept for the answer.
-        let (value, fence) = {
-            let lease = shared.lease.lock();
-            (lease.value().to_owned(), lease.fence())
-        };
-        // The lock's two keys only (its name was checked when it was acquired).
-        let keyspace = &shared.locks.options().keyspace;
-        let (Ok(lock_key), Ok(fence_key)) = (
-            keyspace.key(&shared.name, ""),
-            keyspace.key(&shared.name, ":fence"),
-        ) else {
-            continue;
-        };
-        let attempt = shared.live.renewal_attempt(ttl);
-        // Whole milliseconds, rounded up (as every lease length is sent); at least 1 ms, and
-        // no longer than the guard's lease, which was checked when it was acquired.
-        let ttl_ms = attempt.ttl.as_micros().div_ceil(1000).max(1);
         if args.is_empty() {
-            args.push(shared.locks.retention_ms());
+            args.push_fmt(format_args!("{}", shared.locks.retention_ms()));
         }
-        keys.extend([lock_key, fence_key]);
-        args.extend([value, ttl_ms.to_string(), attempt.nonce]);
+        // The lock's two keys (its name was checked when it was acquired).
+        let keyspace = &shared.locks.options().keyspace;
+        keyspace.push_key(&mut keys, &shared.name, "");
+        keyspace.push_key(&mut keys, &shared.name, ":fence");
+        // The lease's value goes into the call as it is (its renewal keeps its fence).
+        args.push(shared.lease.lock().value());
+        let first_sent = shared.live.renewal_attempt_with(ttl, |attempt| {
+            // Whole milliseconds, rounded up (as every lease length is sent); at least 1 ms,
+            // and no longer than the guard's lease, which was checked when it was acquired.
+            let ttl_ms = attempt.ttl.as_micros().div_ceil(1000).max(1);
+            args.push_fmt(format_args!("{ttl_ms}"));
+            args.push(&attempt.nonce);
+            attempt.sent
+        });
         sent.push(Sent {
             shared,
-            fence,
-            first_sent: attempt.sent,
+            first_sent,
             nonce_arg: args.len() - 1,
         });
     }
     let Some(first) = sent.first() else {
         return later;
     };
-    let call = first.shared.locks.eval_retrying(&RENEW_MANY, &keys, &args);
+    let call = first
+        .shared
+        .locks
+        .eval_packed_retrying(&RENEW_MANY, &keys, &args);
     let mut call = std::pin::pin!(call);
     // Not answered by the earliest deadline of the batch (a paused or unreachable server):
     // the leases past theirs are lost then, and the answer is still awaited.
@@ -250,7 +252,7 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
         },
         None => call.await,
     };
-    let found = reply.and_then(|reply| decode(&reply, &sent, &args));
+    let found = reply.and_then(|reply| decode(&reply, &sent));
     let now = Instant::now();
     match found {
         Err(e) => {
@@ -266,11 +268,23 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
             }
         }
         Ok(found) => {
-            for (Sent { shared, .. }, found) in sent.into_iter().zip(found) {
+            for (sent, found) in sent.into_iter().zip(found) {
+                let Sent {
+                    shared,
+                    first_sent,
+                    nonce_arg,
+                    ..
+                } = sent;
                 match found {
-                    Found::Renewed(lease) => {
+                    Found::Renewed { expiry, remaining } => {
                         shared.live.renewal_outcome(&Ok(()));
-                        if shared.adopt(lease) == super::Renewal::Renewed {
+                        let renewal = shared.adopt_renewal(
+                            expiry,
+                            nonce_of(&args, nonce_arg),
+                            first_sent,
+                            remaining,
+                        );
+                        if renewal == super::Renewal::Renewed {
                             // A repeat's lease has less left than a fresh one (it runs from the
                             // first send): the next renewal comes sooner then.
                             let left = shared
@@ -303,17 +317,20 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
 /// One lease of a batch as sent.
 struct Sent<'a, S> {
     shared: &'a Arc<Shared<S>>,
-    /// The lease's fencing token, which its renewal keeps.
-    fence: u64,
     /// When the first request of this attempt (this nonce) was sent.
     first_sent: Instant,
     /// Where the attempt's nonce is among the call's arguments.
     nonce_arg: usize,
 }
 
-/// Decode a [`RENEW_MANY`] reply: each lease's outcome, its renewed lease dated from the first
-/// send of its attempt and the time the reply reports it has left.
-fn decode<S>(reply: &Reply, sent: &[Sent<'_, S>], args: &[String]) -> Result<Vec<Found>> {
+/// The nonce of the lease sent at `nonce_arg`.
+fn nonce_of(args: &Packed, nonce_arg: usize) -> &str {
+    args.get(nonce_arg).unwrap_or_default()
+}
+
+/// Decode a [`RENEW_MANY`] reply: each lease's outcome; a renewed lease's expiry and the time
+/// the reply reports it has left (its deadline is dated from the first send of its attempt).
+fn decode<S>(reply: &Reply, sent: &[Sent<'_, S>]) -> Result<Vec<Found>> {
     let Reply::Array(items) = reply else {
         return Err(unexpected(&RENEW_MANY, reply));
     };
@@ -321,22 +338,18 @@ fn decode<S>(reply: &Reply, sent: &[Sent<'_, S>], args: &[String]) -> Result<Vec
         return Err(unexpected(&RENEW_MANY, reply));
     }
     let mut out = Vec::with_capacity(sent.len());
-    for (lease, item) in sent.iter().zip(items.chunks(3)) {
+    for item in items.chunks(3) {
         let int = |i: usize| {
             item[i]
                 .as_int()
                 .ok_or_else(|| unexpected(&RENEW_MANY, reply))
         };
         out.push(match int(0)? {
-            1 => {
-                let expiry = u64::try_from(int(1)?).map_err(|_| unexpected(&RENEW_MANY, reply))?;
-                let remaining = Remaining::from_server_ms(int(2)?)
-                    .ok_or_else(|| unexpected(&RENEW_MANY, reply))?;
-                Found::Renewed(
-                    Lease::renewal(lease.fence, expiry, &args[lease.nonce_arg])
-                        .dated(lease.first_sent, remaining),
-                )
-            }
+            1 => Found::Renewed {
+                expiry: u64::try_from(int(1)?).map_err(|_| unexpected(&RENEW_MANY, reply))?,
+                remaining: Remaining::from_server_ms(int(2)?)
+                    .ok_or_else(|| unexpected(&RENEW_MANY, reply))?,
+            },
             0 => Found::Gone(Loss::HeldByOther),
             -1 => Found::Gone(Loss::Gone),
             -2 => Found::Refused(Error::new(

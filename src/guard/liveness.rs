@@ -167,23 +167,26 @@ impl Liveness {
     /// new one, kept as pending until [`renewal_outcome`](Self::renewal_outcome) learns its
     /// outcome. Call it with the renewal lock ([`renewing`](Self::renewing)) held.
     pub fn renewal_attempt(&self, ttl: Duration) -> RenewalAttempt {
+        self.renewal_attempt_with(ttl, RenewalAttempt::clone)
+    }
+
+    /// [`renewal_attempt`](Self::renewal_attempt), read in place by `read` (the batched
+    /// watchdog copies the nonce into its call rather than cloning the attempt).
+    pub(crate) fn renewal_attempt_with<R>(
+        &self,
+        ttl: Duration,
+        read: impl FnOnce(&RenewalAttempt) -> R,
+    ) -> R {
         let mut pending = self.pending.lock();
-        match &mut *pending {
-            Some(attempt) => {
-                attempt.repeat = true;
-                attempt.clone()
-            }
-            None => {
-                let attempt = RenewalAttempt {
-                    nonce: crate::lease::nonce(),
-                    sent: Instant::now(),
-                    ttl,
-                    repeat: false,
-                };
-                *pending = Some(attempt.clone());
-                attempt
-            }
-        }
+        let repeat = pending.is_some();
+        let attempt = pending.get_or_insert_with(|| RenewalAttempt {
+            nonce: crate::lease::nonce(),
+            sent: Instant::now(),
+            ttl,
+            repeat: false,
+        });
+        attempt.repeat |= repeat;
+        read(attempt)
     }
 
     /// The renewal sent last got `outcome`: it stays pending (to be repeated with the same

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::expire_lock::{ExpireLock, Renew, Unlock};
@@ -62,6 +63,24 @@ impl<S: Store> Shared<S> {
         let renewal = self.live.renewed(lease.deadline());
         *self.lease.lock() = lease;
         renewal
+    }
+
+    /// Take the renewal a batch's answer reports (`expiry`, `remaining`, for the attempt with
+    /// `nonce` first sent at `sent`) as the lease in effect, rewriting the lease in place
+    /// ([`Lease::renew_in_place`]); as [`adopt`](Self::adopt) does with a whole lease.
+    fn adopt_renewal(
+        &self,
+        expiry: u64,
+        nonce: &str,
+        sent: Instant,
+        remaining: crate::deadline::Remaining,
+    ) -> Renewal {
+        let deadline = {
+            let mut lease = self.lease.lock();
+            lease.renew_in_place(expiry, nonce, sent, remaining);
+            lease.deadline()
+        };
+        self.live.renewed(deadline)
     }
 
     /// One renewal to `ttl`: the pending one if a reply was lost (same nonce), else a new one.

@@ -11,6 +11,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Script`] and [`NativeBody`] |
 //! | [`reply`] | [`Reply`], a script's reply as either store gives it |
+//! | [`packed`] | [`Packed`], many keys or arguments in one buffer (a batched call's) |
 //! | [`decode`] | the decoders every lock kind shares ([`array()`], [`int_at`], [`unexpected`]) |
 //! | [`db`] | [`Db`], the keyspace a native body runs on (Redis's data model and commands), with [`CommandError`] |
 //! | [`native`] | helpers native bodies share, each the Rust for a Lua idiom ([`int_arg`], [`string_or_none`], [`now_us`], [`all_digits`], [`touch`]) |
@@ -22,6 +23,7 @@
 pub mod db;
 pub mod decode;
 pub mod native;
+pub mod packed;
 pub mod reply;
 
 use std::fmt;
@@ -30,6 +32,7 @@ use std::sync::OnceLock;
 pub use self::db::{Change, CommandError, CommandResult, Db};
 pub use self::decode::{array, int_at, unexpected};
 pub use self::native::{all_digits, int_arg, now_ms, now_us, string_or_none, touch};
+pub use self::packed::Packed;
 pub use self::reply::Reply;
 
 /// The native body of an atomic operation: `KEYS`, `ARGV` in, one reply out, with the keyspace

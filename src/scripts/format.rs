@@ -48,5 +48,15 @@ pub fn read_fence(db: &mut Db, key: &str) -> CommandResult<Option<u64>> {
 
 /// The lease value `tl1:<expiry ms>:<fence>:<nonce>`, as the scripts write it.
 pub fn format_lease(expiry_ms: u64, fence: u64, nonce: &str) -> String {
-    format!("{LEASE_PREFIX}{expiry_ms}:{fence}:{nonce}")
+    let mut value = String::with_capacity(LEASE_PREFIX.len() + 40 + nonce.len());
+    write_lease(&mut value, expiry_ms, fence, nonce);
+    value
+}
+
+/// [`format_lease`] written over `out` (its buffer reused).
+pub fn write_lease(out: &mut String, expiry_ms: u64, fence: u64, nonce: &str) {
+    use std::fmt::Write as _;
+    out.clear();
+    // Writing into a `String` cannot fail.
+    let _ = write!(out, "{LEASE_PREFIX}{expiry_ms}:{fence}:{nonce}");
 }

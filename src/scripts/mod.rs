@@ -53,7 +53,7 @@ pub use self::expire_lock::EXPIRE_LOCK;
 pub use self::expire_unlock::EXPIRE_UNLOCK;
 pub use self::fair::{FAIR_LOCK, FAIR_UNLOCK};
 pub use self::force_unlock::FORCE_UNLOCK;
-pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence};
+pub use self::format::{LEASE_PREFIX, MAX_FENCE, format_lease, read_fence, write_lease};
 pub use self::inspect::INSPECT;
 pub use self::lock_many::LOCK_MANY;
 pub use self::renew::RENEW;

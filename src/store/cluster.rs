@@ -56,7 +56,7 @@ use redis::cluster_async::ClusterConnection;
 use super::{Store, Ttl};
 use crate::error::{Error, Result};
 use crate::notify::PubSub;
-use crate::script::{Reply, Script};
+use crate::script::{Packed, Reply, Script};
 
 /// Connection settings for [`ClusterStore`].
 #[derive(Debug, Clone)]
@@ -396,6 +396,18 @@ impl Store for ClusterStore {
         crate::slot::check_one_slot(keys)?;
         let mut con = self.con.clone();
         let value = super::commands::eval_sha(&mut con, script, keys, args).await?;
+        Ok(Reply::from(value))
+    }
+
+    async fn eval_packed(
+        &self,
+        script: &'static Script,
+        keys: &Packed,
+        args: &Packed,
+    ) -> Result<Reply> {
+        crate::slot::check_one_slot_of(keys.iter())?;
+        let mut con = self.con.clone();
+        let value = super::commands::eval_sha_packed(&mut con, script, keys, args).await?;
         Ok(Reply::from(value))
     }
 

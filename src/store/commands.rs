@@ -1,15 +1,14 @@
 //! The plain commands and script calls, sent the same way by every store that talks to a real
 //! server.
 
-use crate::script::Script;
+use crate::script::{Packed, Script};
 
 /// Run `script` with `EVALSHA`; when the server answers `NOSCRIPT` (a restart, a failover, a
 /// `SCRIPT FLUSH` forgot it), load it with `SCRIPT LOAD` and send the call again, which cannot
 /// double-apply it: `NOSCRIPT` is answered before anything runs.
 ///
 /// The call is written straight into one command buffer, each key and argument copied once (a
-/// `redis::ScriptInvocation` holds each in its own allocation first): a batch of renewals
-/// carries five strings per lease.
+/// `redis::ScriptInvocation` holds each in its own allocation first).
 pub(crate) async fn eval_sha<C: redis::aio::ConnectionLike>(
     con: &mut C,
     script: &'static Script,
@@ -17,12 +16,47 @@ pub(crate) async fn eval_sha<C: redis::aio::ConnectionLike>(
     args: &[String],
 ) -> redis::RedisResult<redis::Value> {
     let bytes = keys.iter().chain(args).map(String::len).sum::<usize>();
-    let mut call = redis::Cmd::with_capacity(3 + keys.len() + args.len(), bytes + 64);
-    call.arg("EVALSHA")
-        .arg(script.sha1())
-        .arg(keys.len())
-        .arg(keys)
-        .arg(args);
+    let items = keys.iter().chain(args).map(String::as_str);
+    let count = keys.len() + args.len();
+    run(con, script, call(script, keys.len(), items, count, bytes)).await
+}
+
+/// [`eval_sha`] with packed keys and arguments: a batch of renewals carries five strings per
+/// lease, copied from their one buffer into the command's.
+pub(crate) async fn eval_sha_packed<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    script: &'static Script,
+    keys: &Packed,
+    args: &Packed,
+) -> redis::RedisResult<redis::Value> {
+    let bytes = keys.total_len() + args.total_len();
+    let items = keys.iter().chain(args.iter());
+    let count = keys.len() + args.len();
+    run(con, script, call(script, keys.len(), items, count, bytes)).await
+}
+
+/// `EVALSHA sha1 numkeys key… arg…` in one command buffer: `count` items of `bytes` in all.
+fn call<'a>(
+    script: &'static Script,
+    keys: usize,
+    items: impl Iterator<Item = &'a str>,
+    count: usize,
+    bytes: usize,
+) -> redis::Cmd {
+    let mut call = redis::Cmd::with_capacity(3 + count, bytes + 64);
+    call.arg("EVALSHA").arg(script.sha1()).arg(keys);
+    for item in items {
+        call.arg(item);
+    }
+    call
+}
+
+/// Send `call`, loading its script and sending it again on `NOSCRIPT`.
+async fn run<C: redis::aio::ConnectionLike>(
+    con: &mut C,
+    script: &'static Script,
+    call: redis::Cmd,
+) -> redis::RedisResult<redis::Value> {
     match call.query_async(con).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             script.redis().load_async(con).await?;

@@ -21,7 +21,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::script::{Reply, Script};
+use crate::script::{Packed, Reply, Script};
 
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
@@ -287,6 +287,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         keys: &[String],
         args: &[String],
     ) -> impl Future<Output = Result<Reply>> + Send;
+
+    /// [`eval`](Store::eval) with `KEYS` and `ARGV` [packed](Packed) into one buffer each: the
+    /// call of a batch that carries many small strings (the watchdog's renewals). By default
+    /// unpacked and passed to [`eval`](Store::eval); [`RedisStore`] and [`ClusterStore`] write
+    /// them into the command as they are. A wrapper store may delegate this or leave the
+    /// default (which goes through its own `eval`).
+    fn eval_packed(
+        &self,
+        script: &'static Script,
+        keys: &Packed,
+        args: &Packed,
+    ) -> impl Future<Output = Result<Reply>> + Send {
+        async move {
+            self.eval(script, &keys.to_strings(), &args.to_strings())
+                .await
+        }
+    }
 
     /// Release an expire lease: [`EXPIRE_UNLOCK`](crate::scripts::EXPIRE_UNLOCK)'s `KEYS` and
     /// `ARGV` (lock key; lease, release channel, publish command) and exactly its outcomes (`1`

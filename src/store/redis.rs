@@ -22,7 +22,7 @@ use redis::aio::ConnectionManager;
 use super::link::{Link, connect_link, describe, manager_config};
 use super::{ReplicaStore, Store, Ttl};
 use crate::error::{Error, Result};
-use crate::script::{Reply, Script};
+use crate::script::{Packed, Reply, Script};
 
 // Defined with the connections it configures; named here too, beside the store.
 pub use super::link::RedisOptions;
@@ -288,6 +288,18 @@ impl Store for RedisStore {
     ) -> Result<Reply> {
         let mut con = self.link().con.clone();
         let value = super::commands::eval_sha(&mut con, script, keys, args).await;
+        let value = self.after(value.map_err(Error::from)).await?;
+        Ok(Reply::from(value))
+    }
+
+    async fn eval_packed(
+        &self,
+        script: &'static Script,
+        keys: &Packed,
+        args: &Packed,
+    ) -> Result<Reply> {
+        let mut con = self.link().con.clone();
+        let value = super::commands::eval_sha_packed(&mut con, script, keys, args).await;
         let value = self.after(value.map_err(Error::from)).await?;
         Ok(Reply::from(value))
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tairlock::{ClusterStore, MemoryStore, RedisStore, Reply, Script, Store, Ttl};
+use tairlock::{ClusterStore, MemoryStore, Packed, RedisStore, Reply, Script, Store, Ttl};
 
 /// What the bench needs beyond the store contract: a ping and a command counter.
 pub trait BenchStore: Store {
@@ -111,6 +111,20 @@ impl<S: Store> Store for Counted<S> {
             self.renewals.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.eval(script, keys, args).await
+    }
+
+    async fn eval_packed(
+        &self,
+        script: &'static Script,
+        keys: &Packed,
+        args: &Packed,
+    ) -> tairlock::Result<Reply> {
+        self.tick();
+        if std::ptr::eq(script, &tairlock::scripts::RENEW_MANY) {
+            self.renewals
+                .fetch_add(keys.len() as u64 / 2, Ordering::Relaxed);
+        }
+        self.inner.eval_packed(script, keys, args).await
     }
 
     /// Counted as one command: the script, or a `DELIFEQ` that found its lease (every release

@@ -12,9 +12,16 @@ use tokio::time::Instant;
 
 /// `EVALSHA` calls since the last `CONFIG RESETSTAT`, from `INFO commandstats`.
 fn evalsha_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "evalsha")
+}
+
+/// Calls of `command` (lowercase; the commands a script runs count too) since the last
+/// `CONFIG RESETSTAT`, from `INFO commandstats`.
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
     let info = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -194,4 +201,66 @@ async fn a_batch_whose_reply_is_lost_loses_nothing_before_its_deadline() {
         "past every deadline without an answer, every guard is lost"
     );
     proxy.heal(Which::All);
+}
+
+/// The fence key is refreshed only when it might not outlive the renewed lease by the
+/// retention, as the last refresh reported its time left: 200 guards of 300 ms leases
+/// (renewed every 100 ms) with a 1 s retention, held 2 s, write their fence keys about once per
+/// half retention, not at every renewal, and no renewal reads a fence key's time to live; yet
+/// every fence key outlives its lease by the retention throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_keys_are_refreshed_once_per_half_retention_not_at_every_renewal() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let (lease, retention) = (Duration::from_millis(300), Duration::from_secs(1));
+    let locks = ExpireLock::with_options(
+        store.clone(),
+        Options::default()
+            .watchdog_lease(lease)
+            .fence_retention(retention),
+    );
+    let guards = hold(&locks, 200).await;
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    let held = Duration::from_secs(2);
+    let start = Instant::now();
+    let mut samples = 0;
+    while start.elapsed() < held {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        for guard in guards.iter().step_by(20) {
+            let keys = locks.keys(guard.name()).unwrap();
+            let ms = |ttl: tairlock::store::Ttl| match ttl {
+                tairlock::store::Ttl::Expires(left) => left,
+                other => panic!("{}: a key without a lease: {other:?}", guard.name()),
+            };
+            let lock_left = ms(store.pttl(&keys.lock).await.unwrap());
+            let fence_left = ms(store.pttl(&keys.fence).await.unwrap());
+            // Two reads apart, within tens of ms; the margin is that, not the rule's.
+            assert!(
+                fence_left + Duration::from_millis(50) >= lock_left + retention,
+                "{}: the fence key lasts {fence_left:?}, the lease {lock_left:?}",
+                guard.name()
+            );
+            samples += 1;
+        }
+    }
+    assert!(guards.iter().all(|g| !g.is_lost()), "a guard was lost");
+    let renewals = guards.len() as u64 * (held.as_millis() / (lease / 3).as_millis()) as u64;
+    // Each renewal sets the lock key; a refresh sets the fence key too. The batch reads no
+    // fence key's time to live (only the test's own PTTLs above count).
+    let sets = command_calls(&server, "set");
+    let refreshes = sets.saturating_sub(renewals * 9 / 10);
+    println!("{sets} SETs for about {renewals} renewals; {samples} samples");
+    assert_eq!(
+        command_calls(&server, "pttl"),
+        2 * samples,
+        "a renewal read a fence key's time to live"
+    );
+    // One refresh per guard per half retention (4 in 2 s), and the first renewal's; allow a
+    // few more for batches that join early.
+    let most = guards.len() as u64 * (held.as_millis() / (retention / 2).as_millis() + 3) as u64;
+    assert!(
+        refreshes <= most,
+        "{sets} SETs for about {renewals} renewals: {refreshes} fence refreshes, more than {most}"
+    );
+    release_all(guards).await;
 }

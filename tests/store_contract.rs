@@ -428,12 +428,21 @@ async fn renew_script_covers_absent_mine_other_expired_and_retried<S: TestStore>
 // ---------------------------------------------------------------------------------------------
 // RENEW_MANY through Store::eval
 
-/// `{code, expiry, pttl}` of lease `i` in a `RENEW_MANY` reply.
+/// `{code, expiry, pttl}` of lease `i` in a `RENEW_MANY` reply (`{code, expiry, pttl, fence pttl}`
+/// per lease).
 #[track_caller]
 fn renewed_at(reply: &Reply, i: usize) -> (i64, i64, i64) {
     let items = reply.as_array().expect("an array");
-    let int = |j: usize| items[3 * i + j].as_int().expect("an integer");
+    let int = |j: usize| items[4 * i + j].as_int().expect("an integer");
     (int(0), int(1), int(2))
+}
+
+/// The fence key's time left that lease `i`'s outcome in a `RENEW_MANY` reply reports (0: not
+/// refreshed by the call).
+#[track_caller]
+fn fence_refreshed_at(reply: &Reply, i: usize) -> i64 {
+    let items = reply.as_array().expect("an array");
+    items[4 * i + 3].as_int().expect("an integer")
 }
 
 /// A call with packed keys and arguments runs the script as the same call unpacked: a grant
@@ -479,6 +488,7 @@ async fn a_packed_call_runs_the_script_as_the_unpacked_call<S: TestStore>(env: E
             lease.value().to_owned(),
             LONG_MS.to_string(),
             format!("f{nonce}"),
+            "1".to_owned(),
         ]);
     }
     let reply = env
@@ -494,9 +504,10 @@ async fn a_packed_call_runs_the_script_as_the_unpacked_call<S: TestStore>(env: E
 }
 
 /// One call renews each lease as `RENEW` would and answers each on its own: renewed (a new
-/// lease of the same fence and the new nonce, which the client builds from the expiry), held by
-/// another, not held, a user's data (nothing written for it), and a repeat whose reply was
-/// lost (the lease it made, with the time it has left); the others of the batch renew.
+/// lease of the same fence and the new nonce, which the client builds from the expiry; its
+/// fence key refreshed when asked, untouched when not), held by another, not held, a user's
+/// data (nothing written for it), and a repeat whose reply was lost (the lease it made, with the
+/// time it has left); the others of the batch renew.
 async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<S>) {
     let names = ["a", "b", "c", "d", "e"];
     let mut leases = Vec::new();
@@ -527,15 +538,17 @@ async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<
     let mut all_keys = Vec::new();
     let mut args = vec![RETENTION_MS.to_string()];
     for (name, lease) in names.iter().zip(&leases) {
+        // b's fence key is left alone; every other lease asks for its fence key's refresh.
         all_keys.extend(keys(&env, name));
         args.extend([
             lease.value().to_owned(),
             (2 * LONG_MS).to_string(),
             format!("b{name}"),
+            if *name == "b" { "0" } else { "1" }.to_owned(),
         ]);
     }
     let reply = env.store.eval(&RENEW_MANY, &all_keys, &args).await.unwrap();
-    assert_eq!(reply.as_array().unwrap().len(), 15, "{reply:?}");
+    assert_eq!(reply.as_array().unwrap().len(), 20, "{reply:?}");
     // a, b: renewed to the new length, same fence, the new nonce
     for (i, name) in ["a", "b"].iter().enumerate() {
         let (code, expiry, pttl) = renewed_at(&reply, i);
@@ -555,12 +568,23 @@ async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<
             env.store.pttl(&lock_key(name)).await.unwrap(),
             Duration::from_millis(2 * LONG_MS),
         );
-        // The fence key would not have outlived the renewed lease by the retention: it is
-        // refreshed, to outlive it by 1.5 retentions.
-        assert_ttl_near(
-            env.store.pttl(&fence_key(name)).await.unwrap(),
-            Duration::from_millis(2 * LONG_MS + RETENTION_MS + RETENTION_MS / 2),
-        );
+        if *name == "a" {
+            // Asked: the fence key is refreshed, to outlive the lease by 1.5 retentions, and
+            // the reply says for how long.
+            let refreshed = 2 * LONG_MS + RETENTION_MS + RETENTION_MS / 2;
+            assert_eq!(fence_refreshed_at(&reply, i), refreshed as i64, "{reply:?}");
+            assert_ttl_near(
+                env.store.pttl(&fence_key(name)).await.unwrap(),
+                Duration::from_millis(refreshed),
+            );
+        } else {
+            // Not asked: untouched (as the grant set it), and the reply says 0.
+            assert_eq!(fence_refreshed_at(&reply, i), 0, "{reply:?}");
+            assert_ttl_near(
+                env.store.pttl(&fence_key(name)).await.unwrap(),
+                Duration::from_millis(LONG_MS + RETENTION_MS),
+            );
+        }
         assert_eq!(
             env.store.get(&fence_key(name)).await.unwrap(),
             Some(leases[i].fence().to_string().into_bytes())
@@ -590,12 +614,18 @@ async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<
         Duration::from_millis(left as u64) <= Duration::from_millis(2 * LONG_MS) - PAST_SHORT,
         "the repeat reports the time left, {left} ms"
     );
+    assert_eq!(
+        fence_refreshed_at(&again, 0),
+        0,
+        "a repeat refreshes no fence key"
+    );
     assert_eq!(renewed_at(&again, 1).0, 1);
     assert_eq!(
         (2..5).map(|i| renewed_at(&again, i).0).collect::<Vec<_>>(),
         vec![-1, -2, 0]
     );
-    // A fence key holding a user's data refuses that lease only.
+    // A fence key holding a user's data refuses that lease only, when the call reads it (asked
+    // to refresh it); a call that leaves the fence key alone does not read it.
     env.store.set(&fence_key("a"), b"abc").await.unwrap();
     let stored = |name: &'static str| {
         let store = env.store.clone();
@@ -613,9 +643,11 @@ async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<
         lease_a.value(),
         &ttl,
         "c1",
+        "1",
         lease_b.value(),
         &ttl,
         "c2",
+        "1",
     ]);
     let reply = env.store.eval(&RENEW_MANY, &pair, &args).await.unwrap();
     assert_eq!(renewed_at(&reply, 0), (-2, 0, 0));
@@ -625,6 +657,18 @@ async fn renew_many_script_answers_each_lease_on_its_own<S: TestStore>(env: Env<
         "nothing written for the refused lease"
     );
     assert_eq!(renewed_at(&reply, 1).0, 1);
+    let args = strings([&retention, lease_a.value(), &ttl, "c3", "0"]);
+    let reply = env
+        .store
+        .eval(&RENEW_MANY, &keys(&env, "a"), &args)
+        .await
+        .unwrap();
+    assert_eq!(renewed_at(&reply, 0).0, 1, "{reply:?}");
+    assert_eq!(
+        env.store.get(&fence_key("a")).await.unwrap(),
+        Some(b"abc".to_vec()),
+        "the fence key was neither read nor written"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -75,11 +75,8 @@ const BOGUS: [&str; 2] = ["tl1:1:7:ab", "tl1:1:1:ffff"];
 /// Fixed nonces for direct script calls (`ab` matches the look-alike lease in [`VALUES`]).
 const NONCES: [&str; 3] = ["aa", "bb", "ab"];
 const TTLS_S: [u64; 2] = [30, 60];
-/// The batched renewal's lease length. `RENEW_MANY` refreshes the fence key only when its time to
-/// live is under this + the retention: 105 s, which no other step's expiry (30 s + 60 s, 60 s +
-/// 60 s, 90 s, 100 s, 45 s + 90 s) comes within seconds of. At 60 s the threshold would equal a
-/// fresh 60 s grant's fence key exactly, and whether the first millisecond had passed would decide
-/// the refresh: the memory store's clock moves 1 ms a step, Redis's less.
+/// The batched renewal's lease length (its fence key, when refreshed, lasts this + 1.5 × the
+/// retention).
 const RENEW_MANY_TTL_S: u64 = 45;
 const RETENTION_MS: u64 = 60_000;
 /// Numbers at least this large come from a clock in µs: compared by identity.
@@ -127,8 +124,10 @@ enum Op {
     /// batched watchdog does (a nonce that a lease already carries would renew it to the same
     /// value or not depending on whether the server's millisecond has turned); `repeat` sends the
     /// previous attempt again, as the watchdog does when no answer came.
+    /// `refresh` asks each lease's fence key refreshed (read and written) or left alone.
     RenewManyScript {
         leases: [LeaseRef; 2],
+        refresh: [bool; 2],
         repeat: bool,
     },
     ForceUnlock {
@@ -206,8 +205,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         3 => (name.clone(), lease.clone(), 0..TTLS_S.len()).prop_map(|(name, lease, ttl)| Op::Renew { name, lease, ttl }),
         1 => (name.clone(), value.clone(), 0..NONCES.len())
             .prop_map(|(name, value, nonce)| Op::RenewScript { name, value, nonce }),
-        2 => (lease.clone(), lease.clone(), proptest::bool::weighted(0.25))
-            .prop_map(|(a, b, repeat)| Op::RenewManyScript { leases: [a, b], repeat }),
+        2 => (lease.clone(), lease.clone(), any::<[bool; 2]>(), proptest::bool::weighted(0.25))
+            .prop_map(|(a, b, refresh, repeat)| Op::RenewManyScript { leases: [a, b], refresh, repeat }),
         1 => name.clone().prop_map(|name| Op::ForceUnlock { name }),
         2 => name.prop_map(|name| Op::Inspect { name }),
         2 => key.clone().prop_map(|key| Op::Get { key }),
@@ -499,20 +498,22 @@ fn pttl_sign(reply: Reply) -> Reply {
     }
 }
 
-/// A `RENEW_MANY` reply, `{code, expiry, pttl}` per lease: the expiry and the pttl are time,
-/// which the two stores' clocks read differently (two calls within one millisecond of Redis's
-/// clock renew to the same expiry); keep their signs only.
+/// A `RENEW_MANY` reply, `{code, expiry, pttl, fence pttl}` per lease: the expiry and the pttl
+/// are time, which the two stores' clocks read differently (two calls within one millisecond of
+/// Redis's clock renew to the same expiry); keep their signs only. The fence pttl is the length
+/// set (no clock in it): compared as it is.
 fn pttls_sign(reply: Reply) -> Reply {
     match reply {
         Reply::Array(items) => Reply::Array(
             items
-                .chunks(3)
+                .chunks(4)
                 .flat_map(|item| match item {
-                    [code, Reply::Int(expiry), Reply::Int(pttl)] => {
+                    [code, Reply::Int(expiry), Reply::Int(pttl), fence] => {
                         vec![
                             code.clone(),
                             Reply::Int(expiry.signum()),
                             Reply::Int(pttl.signum()),
+                            fence.clone(),
                         ]
                     }
                     other => other.to_vec(),
@@ -608,7 +609,11 @@ async fn run_op<S: Raw>(
                 Err(e) => err(e),
             }
         }
-        Op::RenewManyScript { leases, repeat } => {
+        Op::RenewManyScript {
+            leases,
+            refresh,
+            repeat,
+        } => {
             let mut keys = Vec::new();
             for name in NAMES {
                 keys.extend(locks.keys(name).unwrap().both());
@@ -617,13 +622,14 @@ async fn run_op<S: Raw>(
                 (Some(last), true) => last.clone(),
                 _ => {
                     let mut args = vec![RETENTION_MS.to_string()];
-                    for lease in leases {
+                    for (lease, refresh) in leases.iter().zip(refresh) {
                         let nonce = format!("c{:x}", norm.renew_nonces);
                         norm.renew_nonces += 1;
                         args.extend([
                             norm.lease_ref(lease).value().to_owned(),
                             (RENEW_MANY_TTL_S * 1000).to_string(),
                             nonce,
+                            if *refresh { "1" } else { "0" }.to_owned(),
                         ]);
                     }
                     args
@@ -635,11 +641,11 @@ async fn run_op<S: Raw>(
                     // Each renewed lease, as the watchdog rebuilds it from the expiry reported,
                     // becomes a lease later steps can name.
                     let items = reply.as_array().unwrap_or_default().to_vec();
-                    for (i, item) in items.chunks(3).enumerate() {
-                        if let ([Reply::Int(1), Reply::Int(expiry), _], Some(old)) =
-                            (item, Lease::parse(&args[3 * i + 1]))
+                    for (i, item) in items.chunks(4).enumerate() {
+                        if let ([Reply::Int(1), Reply::Int(expiry), _, _], Some(old)) =
+                            (item, Lease::parse(&args[4 * i + 1]))
                         {
-                            let value = format!("tl1:{expiry}:{}:{}", old.fence(), args[3 * i + 3]);
+                            let value = format!("tl1:{expiry}:{}:{}", old.fence(), args[4 * i + 3]);
                             if let Some(renewed) = Lease::parse(&value) {
                                 norm.lease(&renewed);
                             }

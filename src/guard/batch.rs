@@ -29,8 +29,9 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::queue::{Entry, Renewer};
-use crate::deadline::Remaining;
+use crate::deadline::{Remaining, local_deadline};
 use crate::error::{Error, ErrorKind, Result};
+use crate::expire_lock::MAX_TTL;
 use crate::observe::Loss;
 use crate::script::{Packed, Reply, unexpected};
 use crate::scripts::RENEW_MANY;
@@ -172,10 +173,12 @@ fn batches<S: Store>(mut due: Vec<Arc<Shared<S>>>, single_shard: bool) -> Vec<Ve
 
 /// What one lease of a batch found.
 enum Found {
-    /// Renewed to expire at `expiry` (server ms), with `remaining` left as the reply reports.
+    /// Renewed to expire at `expiry` (server ms), with `remaining` left as the reply reports,
+    /// and the fence key's time left when the call refreshed it.
     Renewed {
         expiry: u64,
         remaining: Remaining,
+        fence: Option<Remaining>,
     },
     Gone(Loss),
     Refused(Error),
@@ -205,26 +208,34 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
             continue;
         };
         if args.is_empty() {
-            args.push_fmt(format_args!("{}", shared.locks.retention_ms()));
+            args.push(&shared.locks.retention_ms());
         }
+        let retention = shared.locks.options().fence_retention.min(MAX_TTL);
         // The lock's two keys (its name was checked when it was acquired).
         let keyspace = &shared.locks.options().keyspace;
         keyspace.push_key(&mut keys, &shared.name, "");
         keyspace.push_key(&mut keys, &shared.name, ":fence");
         // The lease's value goes into the call as it is (its renewal keeps its fence).
         args.push(shared.lease.lock().value());
-        let first_sent = shared.live.renewal_attempt_with(ttl, |attempt| {
+        let (first_sent, ttl_ms) = shared.live.renewal_attempt_with(ttl, |attempt| {
             // Whole milliseconds, rounded up (as every lease length is sent); at least 1 ms,
             // and no longer than the guard's lease, which was checked when it was acquired.
-            let ttl_ms = attempt.ttl.as_micros().div_ceil(1000).max(1);
+            let ttl_ms = attempt.ttl.as_micros().div_ceil(1000).max(1) as u64;
             args.push_fmt(format_args!("{ttl_ms}"));
             args.push(&attempt.nonce);
-            attempt.sent
+            (attempt.sent, ttl_ms)
         });
+        let nonce_arg = args.len() - 1;
+        // The fence key is refreshed when it might not outlive the renewed lease by the
+        // retention (its time left as the last refresh reported it; unknown at first).
+        let lasts = Duration::from_millis(ttl_ms) + retention;
+        let fence_until = *shared.fence_until.lock();
+        let refresh = fence_until.is_none_or(|until| until < Instant::now() + lasts);
+        args.push(if refresh { "1" } else { "0" });
         sent.push(Sent {
             shared,
             first_sent,
-            nonce_arg: args.len() - 1,
+            nonce_arg,
         });
     }
     let Some(first) = sent.first() else {
@@ -276,8 +287,15 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
                     ..
                 } = sent;
                 match found {
-                    Found::Renewed { expiry, remaining } => {
+                    Found::Renewed {
+                        expiry,
+                        remaining,
+                        fence,
+                    } => {
                         shared.live.renewal_outcome(&Ok(()));
+                        if let Some(fence) = fence {
+                            *shared.fence_until.lock() = Some(local_deadline(first_sent, fence));
+                        }
                         let renewal = shared.adopt_renewal(
                             expiry,
                             nonce_of(&args, nonce_arg),
@@ -334,11 +352,11 @@ fn decode<S>(reply: &Reply, sent: &[Sent<'_, S>]) -> Result<Vec<Found>> {
     let Reply::Array(items) = reply else {
         return Err(unexpected(&RENEW_MANY, reply));
     };
-    if items.len() != 3 * sent.len() {
+    if items.len() != 4 * sent.len() {
         return Err(unexpected(&RENEW_MANY, reply));
     }
     let mut out = Vec::with_capacity(sent.len());
-    for item in items.chunks(3) {
+    for item in items.chunks(4) {
         let int = |i: usize| {
             item[i]
                 .as_int()
@@ -349,6 +367,14 @@ fn decode<S>(reply: &Reply, sent: &[Sent<'_, S>]) -> Result<Vec<Found>> {
                 expiry: u64::try_from(int(1)?).map_err(|_| unexpected(&RENEW_MANY, reply))?,
                 remaining: Remaining::from_server_ms(int(2)?)
                     .ok_or_else(|| unexpected(&RENEW_MANY, reply))?,
+                // 0: not refreshed by this call.
+                fence: match int(3)? {
+                    0 => None,
+                    ms => Some(
+                        Remaining::from_server_ms(ms)
+                            .ok_or_else(|| unexpected(&RENEW_MANY, reply))?,
+                    ),
+                },
             },
             0 => Found::Gone(Loss::HeldByOther),
             -1 => Found::Gone(Loss::Gone),

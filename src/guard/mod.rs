@@ -46,6 +46,11 @@ pub(crate) struct Shared<S> {
     lease: Mutex<Lease>,
     live: Liveness,
     renews: bool,
+    /// Until when the lock's fence key lasts at least, dated by the [deadline
+    /// rule](crate::deadline) from the batched renewal that refreshed it last; `None` before
+    /// one did. The batched watchdog asks a renewal to refresh the fence key only when it might
+    /// not outlive the renewed lease by the retention.
+    fence_until: Mutex<Option<Instant>>,
 }
 
 impl<S: Store> Shared<S> {
@@ -229,6 +234,7 @@ impl<S: Store> LockGuard<S> {
             locks,
             lease: Mutex::new(lease),
             renews: watchdog_on,
+            fence_until: Mutex::new(None),
         });
         // A lease a fair grant announcement handed over lasts only the waiter lease until
         // confirmed: renew it to the full length at once (see `fair`).

@@ -17,6 +17,13 @@
 //! found gone or taken is lost for its own guard only, and a lease whose renewals go unanswered
 //! is lost once its own deadline passes.
 //!
+//! A renewal refreshes the lock's fence key (which must outlive the lease by the fencing
+//! retention) only when the guard's record of it says it might not: the record is the fence
+//! key's time left as the last refresh's answer reported it, dated by the same rule, and unknown
+//! until a first refresh. So a lease's fence key is read and written about once per half
+//! retention rather than at every renewal. Each call's keys and arguments are written into one
+//! buffer each ([`Packed`]), and a renewed lease is rewritten in place.
+//!
 //! [`Liveness`]: super::Liveness
 
 use std::any::Any;

@@ -159,7 +159,11 @@ pub fn new_nonce() -> String {
 }
 
 pub(crate) fn nonce() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    use std::fmt::Write as _;
+    // Written into its final size at once (`format!` would grow it from nothing, twice).
+    let mut nonce = String::with_capacity(32);
+    let _ = write!(nonce, "{:032x}", rand::random::<u128>());
+    nonce
 }
 
 /// A caller-chosen nonce becomes a lease's last field (and a queue member), which the lease

@@ -5,7 +5,7 @@
 //! | [`EXPIRE_LOCK`] | lock, fence | ttl ms, nonce, fence retention ms | `{1, lease, pttl}` / `{0, holder, pttl}` |
 //! | [`EXPIRE_UNLOCK`] | lock | lease, [release channel, [publish cmd]] | `1` / `0` / `-1` |
 //! | [`RENEW`] | lock, fence | lease, ttl ms, new nonce, fence retention ms | `{1, lease, pttl}` / `{0}` / `{-1}` |
-//! | [`RENEW_MANY`] | lock, fence of each lease | fence retention ms, then lease, ttl ms, new nonce of each | `{1, expiry, pttl}` / `{0, 0, 0}` / `{-1, 0, 0}` / `{-2, 0, 0}` for each |
+//! | [`RENEW_MANY`] | lock, fence of each lease | fence retention ms, then lease, ttl ms, new nonce, `1`/`0` refresh the fence key of each | `{1, expiry, pttl, fence pttl}` / `{0, 0, 0, 0}` / `{-1, 0, 0, 0}` / `{-2, 0, 0, 0}` for each |
 //! | [`FORCE_UNLOCK`] | lock, [grant record] | [release channel, [publish cmd]] | `1` / `-1` |
 //! | [`INSPECT`] | lock, fence | | `{type, value, pttl, fence}` |
 //! | [`LOCK_MANY`] | lock, fence of each lock (one slot) | ttl ms, nonce, fence retention ms | `{1, lease, pttl, ...}` / `{0, i, holder, pttl}` |

@@ -94,6 +94,48 @@ async fn many_leases_are_renewed_in_batches_and_none_is_lost() {
     release_all(guards).await;
 }
 
+/// Fair-mode guards are renewed in batches too (their leases are the expire lock's): 500 guards
+/// of 600 ms leases held 1.2 s take a few script calls per round, not one per lease; and a fair
+/// waiter queued behind one of them gets it when it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_guards_are_renewed_in_batches() {
+    let server = RedisServer::start();
+    let store = server.store().await;
+    let lease = Duration::from_millis(600);
+    let options = Options::default().watchdog_lease(lease).fair(true);
+    let locks = ExpireLock::with_options(store.clone(), options.clone());
+    let guards = hold(&locks, 500).await;
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    let held = Duration::from_millis(1_200);
+    tokio::time::sleep(held).await;
+    let calls = evalsha_calls(&server);
+    assert_eq!(
+        guards.iter().filter(|g| g.is_lost()).count(),
+        0,
+        "fair guards lost"
+    );
+    let renewals = guards.len() as u64 * (held.as_millis() / (lease / 3).as_millis()) as u64;
+    println!("{calls} script calls for about {renewals} renewals");
+    assert!(calls > 0, "nothing was renewed");
+    assert!(
+        calls * 20 < renewals,
+        "{calls} script calls for about {renewals} renewals: not batched"
+    );
+    all_held(&store, &guards).await;
+    // A waiter of another client queues behind the first guard and gets it on its release.
+    let other = ExpireLock::with_options(server.store().await, options);
+    let name = guards[0].name().to_owned();
+    let waiter = tokio::spawn(async move { other.lock(&name).await.map(|g| g.fence()) });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    release_all(guards).await;
+    let fence = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(fence > 0);
+}
+
 /// One lease deleted from under the batch: its guard, and only its guard, is lost within a
 /// renewal interval or two; the others of the same batches stay held and renewed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

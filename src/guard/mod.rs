@@ -6,7 +6,9 @@
 //! store's runtime, which renews every lease due within a short window in batches, one script
 //! call per batch of up to 256 leases (per hash slot on a cluster): holding many locks costs a
 //! few calls a second, not one per lease. Each lease's outcome in a batch is its own guard's
-//! only. Fair-mode guards renew with a task of their own. A renewal whose reply does not come (a timeout, a dropped
+//! only; fair-mode guards are renewed the same way, except a lease handed over by a fair
+//! release, which a task of its own confirms at once (and then renews). A renewal whose reply
+//! does not come (a timeout, a dropped
 //! connection) may have been applied: it is repeated with the same nonce until an answer comes,
 //! so a slow server never makes a live holder give up. When a renewal finds the lease gone (it
 //! expired, or someone force-unlocked it) or no renewal is answered before the lease's local
@@ -244,9 +246,10 @@ impl<S: Store> LockGuard<S> {
                 .live
                 .renew_until(tokio::time::Instant::now() + max_hold);
         }
-        if watchdog_on && !confirm && kind == "expire" {
-            // The plain expire lock's leases are renewed in batches by the lock handle's one
-            // watchdog (see `batch`); the other kinds keep a task per guard.
+        if watchdog_on && !confirm {
+            // The expire lock's leases, plain and fair, are renewed in batches by the lock
+            // handle's one watchdog (see `batch`); a lease handed over unconfirmed is confirmed
+            // at once by a task of its own, which then renews it.
             let due = tokio::time::Instant::now() + ttl / 3;
             shared.locks.renewer.schedule(&shared, due);
         } else if watchdog_on || confirm {

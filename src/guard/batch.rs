@@ -199,7 +199,7 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
     // put back briefly.
     let locked: Vec<_> = members.iter().map(|m| m.live.try_renewing()).collect();
     let mut sent = Vec::with_capacity(members.len());
-    // Every key and argument is written into one buffer each (five strings per lease).
+    // Every key and argument is written into one buffer each (six strings per lease).
     let mut keys = Packed::with_capacity(2 * members.len(), 48 * members.len());
     let mut args = Packed::with_capacity(1 + 3 * members.len(), 96 * members.len());
     for (shared, lock) in members.iter().zip(&locked) {

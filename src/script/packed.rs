@@ -3,7 +3,7 @@
 use std::fmt::{self, Write as _};
 
 /// A list of strings written one after another into one buffer: the `KEYS` or `ARGV` of a
-/// script call that carries many small strings (a batch of renewals carries five per lease),
+/// script call that carries many small strings (a batch of renewals carries six per lease),
 /// without an allocation for each. A store that writes its commands itself sends them from
 /// here as they are ([`Store::eval_packed`](crate::Store::eval_packed)).
 ///

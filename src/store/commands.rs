@@ -21,7 +21,7 @@ pub(crate) async fn eval_sha<C: redis::aio::ConnectionLike>(
     run(con, script, call(script, keys.len(), items, count, bytes)).await
 }
 
-/// [`eval_sha`] with packed keys and arguments: a batch of renewals carries five strings per
+/// [`eval_sha`] with packed keys and arguments: a batch of renewals carries six strings per
 /// lease, copied from their one buffer into the command's.
 pub(crate) async fn eval_sha_packed<C: redis::aio::ConnectionLike>(
     con: &mut C,

@@ -77,16 +77,18 @@ impl Keyspace {
     /// As [`validate`](Self::validate).
     pub fn key(&self, name: &str, suffix: &str) -> Result<String> {
         Keyspace::validate(name)?;
-        let key = format!("{}{{{name}}}{suffix}", self.prefix);
+        let key = self.key_parts(name, suffix).concat();
         // What the module promises: the name is the key's hash tag, whatever the suffix.
         debug_assert_eq!(hash_tag(&key), name);
         Ok(key)
     }
 
-    /// [`key`](Self::key) appended to `out`, for a name validated before (a held lock's).
-    pub(crate) fn push_key(&self, out: &mut crate::script::Packed, name: &str, suffix: &str) {
+    /// The pieces of [`key`](Self::key), to be written one after another without building the
+    /// key (a batched renewal writes two keys per lease into one buffer), for a name validated
+    /// before (a held lock's).
+    pub(crate) fn key_parts<'a>(&'a self, name: &'a str, suffix: &'a str) -> [&'a str; 5] {
         debug_assert!(Keyspace::validate(name).is_ok());
-        out.push_concat(&[&self.prefix, "{", name, "}", suffix]);
+        [&self.prefix, "{", name, "}", suffix]
     }
 
     /// The expire lock's keys for `name`.

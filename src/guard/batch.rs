@@ -220,8 +220,8 @@ async fn renew<S: Store>(members: Vec<Arc<Shared<S>>>) -> Vec<(Instant, Arc<Shar
         let retention = shared.locks.options().fence_retention.min(MAX_TTL);
         // The lock's two keys (its name was checked when it was acquired).
         let keyspace = &shared.locks.options().keyspace;
-        keyspace.push_key(&mut keys, &shared.name, "");
-        keyspace.push_key(&mut keys, &shared.name, ":fence");
+        keys.push_concat(&keyspace.key_parts(&shared.name, ""));
+        keys.push_concat(&keyspace.key_parts(&shared.name, ":fence"));
         // The lease's value goes into the call as it is (its renewal keeps its fence).
         args.push(shared.lease.lock().value());
         let (first_sent, ttl_ms) = shared.live.renewal_attempt_with(ttl, |attempt| {

@@ -26,6 +26,19 @@ fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `calls` script calls renewed `guards` leases of `lease` held `held` (a renewal every third of
+/// the lease): far fewer calls than renewals, as one call per batch makes.
+#[track_caller]
+fn assert_batched(calls: u64, guards: usize, held: Duration, lease: Duration) {
+    let renewals = guards as u64 * (held.as_millis() / (lease / 3).as_millis()) as u64;
+    println!("{calls} script calls for about {renewals} renewals");
+    assert!(calls > 0, "nothing was renewed");
+    assert!(
+        calls * 20 < renewals,
+        "{calls} script calls for about {renewals} renewals: not batched"
+    );
+}
+
 async fn hold<S: Store>(locks: &ExpireLock<S>, n: usize) -> Vec<LockGuard<S>> {
     let mut guards = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
@@ -83,13 +96,7 @@ async fn many_leases_are_renewed_in_batches_and_none_is_lost() {
     let calls = evalsha_calls(&server);
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     assert_eq!(lost, 0, "guards lost while the server answered");
-    let renewals = guards.len() as u64 * (held.as_millis() / (lease / 3).as_millis()) as u64;
-    println!("{calls} script calls for about {renewals} renewals");
-    assert!(calls > 0, "nothing was renewed");
-    assert!(
-        calls * 20 < renewals,
-        "{calls} script calls for about {renewals} renewals: not batched"
-    );
+    assert_batched(calls, guards.len(), held, lease);
     all_held(&store, &guards).await;
     release_all(guards).await;
 }
@@ -114,13 +121,7 @@ async fn fair_guards_are_renewed_in_batches() {
         0,
         "fair guards lost"
     );
-    let renewals = guards.len() as u64 * (held.as_millis() / (lease / 3).as_millis()) as u64;
-    println!("{calls} script calls for about {renewals} renewals");
-    assert!(calls > 0, "nothing was renewed");
-    assert!(
-        calls * 20 < renewals,
-        "{calls} script calls for about {renewals} renewals: not batched"
-    );
+    assert_batched(calls, guards.len(), held, lease);
     all_held(&store, &guards).await;
     // A waiter of another client queues behind the first guard and gets it on its release.
     let other = ExpireLock::with_options(server.store().await, options);
